@@ -1,0 +1,1 @@
+"""Augmentation: ingest, translation engines, round trips, quality signals."""

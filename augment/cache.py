@@ -1,0 +1,92 @@
+"""The translation cache: every translation keyed and stored in the lake, so reruns only fill gaps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from augment.engines import DecodingSpec, TranslationEngine
+from storage.ids import fingerprint, text_hash
+from storage.lake import Lake
+from storage.schema import TRANSLATIONS
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+
+    def add(self, other: CacheStats) -> None:
+        self.hits += other.hits
+        self.misses += other.misses
+
+
+def cache_key(engine: TranslationEngine, src: str, tgt: str, decoding: DecodingSpec, source_text: str) -> str:
+    return fingerprint(
+        engine.name, engine.model, engine.revision, src, tgt, decoding.canonical(), decoding.seed, text_hash(source_text)
+    )
+
+
+def translate_cached(
+    lake: Lake,
+    engine: TranslationEngine,
+    texts: list[str],
+    src: str,
+    tgt: str,
+    decoding: DecodingSpec,
+    *,
+    run_id: str,
+    chunk_size: int = 256,
+    on_chunk: Callable[[int], None] | None = None,
+) -> tuple[dict[str, tuple[str, str]], CacheStats]:
+    """Translate unique `texts`, reading what the cache has and storing what it lacks.
+
+    Returns {source text: (best hypothesis, cache key)} and hit/miss counts. Each chunk of
+    new translations is committed on its own, so a killed run keeps what it finished.
+    """
+    unique = list(dict.fromkeys(texts))
+    keys = {text: cache_key(engine, src, tgt, decoding, text) for text in unique}
+    wanted = pa.table({"cache_key": list(keys.values())})
+    with lake.with_keys("_wanted", wanted):
+        cached = lake.arrow(
+            "SELECT t.cache_key, t.text FROM translations t JOIN _wanted USING (cache_key) WHERE t.rank = 0"
+        )
+    by_key = dict(zip(cached["cache_key"].to_pylist(), cached["text"].to_pylist(), strict=True))
+    missing = [text for text in unique if keys[text] not in by_key]
+    stats = CacheStats(hits=len(unique) - len(missing), misses=len(missing))
+    if on_chunk is not None and stats.hits:
+        on_chunk(stats.hits)
+    for start in range(0, len(missing), chunk_size):
+        chunk = missing[start : start + chunk_size]
+        hypotheses = engine.translate(chunk, src, tgt, decoding)
+        now = datetime.now(UTC)
+        rows = [
+            {
+                "cache_key": keys[text],
+                "engine": engine.name,
+                "model": engine.model,
+                "revision": engine.revision,
+                "src_lang": src,
+                "tgt_lang": tgt,
+                "decoding": decoding.canonical(),
+                "seed": decoding.seed,
+                "src_text_hash": text_hash(text),
+                "rank": rank,
+                "text": hypothesis,
+                "score": None,
+                "run_id": run_id,
+                "created_at": now,
+            }
+            for text, hyps in zip(chunk, hypotheses, strict=True)
+            for rank, hypothesis in enumerate(hyps)
+        ]
+        with lake.transaction():
+            lake.append("translations", pa.Table.from_pylist(rows, schema=TRANSLATIONS), unique_on=("cache_key", "rank"))
+        for text, hyps in zip(chunk, hypotheses, strict=True):
+            by_key[keys[text]] = hyps[0]
+        if on_chunk is not None:
+            on_chunk(len(chunk))
+    return {text: (by_key[keys[text]], keys[text]) for text in unique}, stats

@@ -1,0 +1,72 @@
+"""Quality signals for a view against its source, and the recipe's filters over them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+from sacrebleu.metrics import CHRF
+
+_CHRF = CHRF()
+
+
+@dataclass(frozen=True)
+class Quality:
+    length_ratio: float
+    chrf_to_source: float
+    identical_to_source: bool
+    repeated_ngram: int
+    cosine_to_source: float | None = None
+
+
+def _max_ngram_repeats(text: str, n: int = 3) -> int:
+    words = text.lower().split()
+    grams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+    return max(grams.values(), default=0)
+
+
+def quality_signals(source: str, view: str) -> Quality:
+    """Signals comparing a view with its source sentence.
+
+    `repeated_ngram` counts how many more times the view's most repeated word trigram
+    occurs than the source's: decoders that loop produce large values.
+    """
+    return Quality(
+        length_ratio=len(view) / max(1, len(source)),
+        chrf_to_source=_CHRF.sentence_score(view, [source]).score,
+        identical_to_source=view.strip().casefold() == source.strip().casefold(),
+        repeated_ngram=max(0, _max_ngram_repeats(view) - _max_ngram_repeats(source)),
+    )
+
+
+class FilterSpec(BaseModel):
+    """Which views are kept. A rejected view is still stored, with its reason."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_length_ratio: float = Field(0.5, ge=0)
+    max_length_ratio: float = Field(2.0, gt=0)
+    min_chrf: float = Field(0.0, ge=0, le=100)
+    max_chrf: float = Field(100.0, ge=0, le=100)
+    reject_identical: bool = False
+    max_repeated_ngram: int = Field(1, ge=0)
+
+
+def reject_reason(view: str, quality: Quality, spec: FilterSpec) -> str | None:
+    """The first filter a view fails, as a short machine-readable reason; None if kept."""
+    if not view.strip():
+        return "empty"
+    if spec.reject_identical and quality.identical_to_source:
+        return "identical_to_source"
+    if quality.length_ratio < spec.min_length_ratio:
+        return f"length_ratio<{spec.min_length_ratio:g}"
+    if quality.length_ratio > spec.max_length_ratio:
+        return f"length_ratio>{spec.max_length_ratio:g}"
+    if quality.chrf_to_source < spec.min_chrf:
+        return f"chrf<{spec.min_chrf:g}"
+    if quality.chrf_to_source > spec.max_chrf:
+        return f"chrf>{spec.max_chrf:g}"
+    if quality.repeated_ngram > spec.max_repeated_ngram:
+        return f"repeated_ngram>{spec.max_repeated_ngram}"
+    return None

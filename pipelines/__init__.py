@@ -1,0 +1,1 @@
+"""Recipes, stages, Prefect flows and the `viewmill` command line."""

@@ -1,0 +1,116 @@
+"""The `viewmill` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from augment.engines import EngineError
+from augment.ingest import CorpusError
+from pipelines.recipe import RecipeError, load_recipe
+from pipelines.state import StatePaths
+from storage.lake import Lake, LakeError
+from train.encoder import EncoderError
+from train.evaluate import EvalDataError
+
+app = typer.Typer(help="viewmill: augmented view pairs for sentence-embedding learning.", no_args_is_help=True)
+lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True)
+app.add_typer(lake_app, name="lake")
+console = Console()
+err_console = Console(stderr=True)
+
+USER_ERRORS = (RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError)
+StateDir = Annotated[Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")]
+
+
+def _fail(exc: Exception) -> None:
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+    raise typer.Exit(2)
+
+
+@app.command()
+def run(
+    recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
+    state_dir: StateDir = None,
+    prefect: Annotated[bool, typer.Option(help="run as a Prefect flow (ephemeral API unless PREFECT_API_URL is set)")] = True,
+) -> None:
+    """Run a recipe end to end: ingest, augment, pair, train, evaluate."""
+    from pipelines import stages
+    from pipelines.report import render_summary
+
+    state = StatePaths.resolve(state_dir)
+    try:
+        parsed = load_recipe(recipe)
+        ctx = stages.RunContext(parsed, state)
+        stages.preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
+        if prefect:
+            from pipelines.prefect_env import configure_prefect
+
+            configure_prefect(state)
+            from pipelines.flows import recipe_flow
+
+            summary = recipe_flow(str(recipe), str(state.root))
+        else:
+            summary = stages.run_recipe(ctx)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    render_summary(summary, console)
+
+
+def _print_table(table, fmt: str) -> None:
+    import polars as pl
+
+    frame = pl.from_arrow(table)
+    if fmt == "csv":
+        sys.stdout.write(frame.write_csv())
+    elif fmt == "json":
+        sys.stdout.write(frame.write_ndjson())
+    else:
+        out = Table(show_lines=False)
+        for name in frame.columns:
+            out.add_column(name, overflow="fold")
+        for row in frame.iter_rows():
+            out.add_row(*("" if v is None else str(v) for v in row))
+        console.print(out)
+        console.print(f"{frame.height} row(s)")
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="DuckDB SQL over the lake's tables")],
+    state_dir: StateDir = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json (one object a line)")] = "table",
+) -> None:
+    """Answer an ad hoc question over the lake (read-only)."""
+    import duckdb
+
+    if fmt not in {"table", "csv", "json"}:
+        _fail(ValueError(f"unknown --format '{fmt}': use table, csv or json"))
+    try:
+        with Lake(StatePaths.resolve(state_dir).lake, read_only=True) as lake:
+            table = lake.arrow(query)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    except duckdb.Error as exc:
+        _fail(ValueError(f"query failed: {exc}"))
+    _print_table(table, fmt)
+
+
+@lake_app.command("snapshots")
+def snapshots(state_dir: StateDir = None) -> None:
+    """List the named pairs snapshots."""
+    try:
+        with Lake(StatePaths.resolve(state_dir).lake, read_only=True) as lake:
+            table = lake.arrow("SELECT snapshot, recipe, corpus, n_pairs, lake_version, created_at, run_id FROM snapshots ORDER BY created_at")
+    except USER_ERRORS as exc:
+        _fail(exc)
+    _print_table(table, "table")
+
+
+if __name__ == "__main__":
+    app()

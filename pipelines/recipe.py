@@ -1,0 +1,131 @@
+"""Recipes: one validated YAML file describing a run from corpus to evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from augment.quality import FilterSpec
+from augment.views import BackTranslation
+from storage.ids import canonical_json, fingerprint
+from train.evaluate import StsTask
+from train.loop import BSLConfig
+
+
+class RecipeError(ValueError):
+    """A recipe is unusable; the message names the field or file and the fix."""
+
+
+class CorpusSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, description="defaults to the recipe's name")
+    format: Literal["text", "senteval"] = "text"
+    files: list[Path] = Field(min_length=1)
+    lang: str = "en"
+    detokenize: bool = False
+    min_words: int = Field(3, ge=1)
+    max_words: int = Field(64, ge=1)
+    limit: int | None = Field(None, ge=1)
+
+
+class PairSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    view_a: str
+    view_b: str
+
+
+class TrainSpec(BSLConfig):
+    encoder: str = "embedded:all-MiniLM-L6-v2"
+
+
+class EvaluateSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[StsTask] = Field(min_length=1)
+    baseline: bool = True
+    batch_size: int = Field(64, ge=1)
+
+
+class Recipe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    corpus: CorpusSpec
+    augmenters: list[BackTranslation] = Field(min_length=1)
+    filters: FilterSpec = FilterSpec()
+    pair: PairSpec
+    train: TrainSpec | None = None
+    evaluate: EvaluateSpec | None = None
+
+    @model_validator(mode="after")
+    def _references(self) -> Recipe:
+        names = [a.name for a in self.augmenters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"augmenter names must be unique, got {names}")
+        for side in ("view_a", "view_b"):
+            if getattr(self.pair, side) not in names:
+                raise ValueError(f"pair.{side} '{getattr(self.pair, side)}' is not an augmenter name ({', '.join(names)})")
+        if self.pair.view_a == self.pair.view_b:
+            raise ValueError("pair.view_a and pair.view_b must name two different augmenters")
+        return self
+
+    @property
+    def corpus_name(self) -> str:
+        return self.corpus.name or self.name
+
+    def augmenter(self, name: str) -> BackTranslation:
+        return next(a for a in self.augmenters if a.name == name)
+
+    def content_hash(self) -> str:
+        return fingerprint(self.model_dump(mode="json"))
+
+    def as_json(self) -> str:
+        return canonical_json(self.model_dump(mode="json"))
+
+
+def _format_validation_error(path: Path, error: ValidationError) -> str:
+    lines = [f"recipe {path} is not valid:"]
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown field; remove it or fix its spelling"
+        elif item["type"] == "missing":
+            message = "required field is missing; add it"
+        lines.append(f"  - {where}: {message}")
+    return "\n".join(lines)
+
+
+def load_recipe(path: Path | str) -> Recipe:
+    """Parse and validate a recipe; relative file paths are taken from the recipe's folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe not found: {path} (try recipes/demo.yaml)")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise RecipeError(f"recipe {path} is not UTF-8 text") from None
+    if not isinstance(raw, dict):
+        raise RecipeError(f"recipe {path} must be a YAML mapping with name, corpus, augmenters, pair")
+    try:
+        recipe = Recipe.model_validate(raw)
+    except ValidationError as exc:
+        raise RecipeError(_format_validation_error(path, exc)) from None
+    base = path.resolve().parent
+    recipe.corpus.files = [f if f.is_absolute() else (base / f).resolve() for f in recipe.corpus.files]
+    if recipe.evaluate is not None:
+        for task in recipe.evaluate.tasks:
+            if not task.path.is_absolute():
+                task.path = (base / task.path).resolve()
+    if recipe.train is not None and not recipe.train.encoder.startswith("embedded:"):
+        candidate = base / recipe.train.encoder
+        if candidate.exists():
+            recipe.train.encoder = str(candidate.resolve())
+    return recipe

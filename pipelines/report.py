@@ -1,0 +1,60 @@
+"""The end-of-run summary as rich tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def render_summary(summary: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    ingest = summary.get("ingest", {})
+    if ingest:
+        console.print(
+            f"[bold]corpus[/] {ingest['corpus']}: {ingest['sentences']} sentences "
+            f"({ingest['new_sentences']} new; {ingest['duplicates']} duplicates, {ingest['too_short']} too short, "
+            f"{ingest['too_long']} too long, {ingest['blank']} blank lines skipped)"
+        )
+    augment = Table(title="augment")
+    for col in ("augmenter", "views reused", "new views", "kept", "rejected", "translation cache hits", "translated"):
+        augment.add_column(col, justify="right" if col != "augmenter" else "left")
+    for name, r in summary.get("augment", {}).items():
+        augment.add_row(name, str(r["reused_views"]), str(r["new_views"]), str(r["kept"]), str(r["rejected"]),
+                        str(r["cache"]["hits"]), str(r["cache"]["misses"]))
+    if augment.row_count:
+        console.print(augment)
+    snap = summary.get("snapshot")
+    if snap:
+        state = "created" if snap["created"] else "already existed (same pairs)"
+        console.print(f"[bold]pairs snapshot[/] {snap['name']}: {snap['n_pairs']} pairs, {state}")
+    trained = summary.get("train")
+    if trained:
+        how = "reused (same pairs, config and base model)" if trained["reused"] else (
+            f"{trained['steps']} steps in {trained['seconds']:.0f}s, loss {trained['first_loss']:.3f} -> {trained['last_loss']:.3f}")
+        console.print(f"[bold]model[/] {trained['path']}: {how}")
+    evals = summary.get("evals", [])
+    if evals:
+        labels = list(dict.fromkeys(e["model"] for e in evals))
+        tasks = list(dict.fromkeys(e["task"] for e in evals))
+        table = Table(title="evaluation: Spearman x100 of cosine similarity")
+        table.add_column("task")
+        table.add_column("pairs", justify="right")
+        for label in labels:
+            table.add_column(label, justify="right")
+        if len(labels) == 2:
+            table.add_column("delta", justify="right")
+        for task in tasks:
+            by_model = {e["model"]: e for e in evals if e["task"] == task}
+            values = [by_model[label]["value"] for label in labels]
+            row = [task, str(by_model[labels[0]]["n"]), *(f"{v:.2f}" for v in values)]
+            if len(labels) == 2:
+                row.append(f"{values[1] - values[0]:+.2f}")
+            table.add_row(*row)
+        console.print(table)
+    timings = Table(title=f"run {summary['run_id']}: seconds per stage")
+    for name in summary["timings"]:
+        timings.add_column(name, justify="right")
+    timings.add_row(*(f"{v:.1f}" for v in summary["timings"].values()))
+    console.print(timings)

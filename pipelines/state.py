@@ -1,0 +1,32 @@
+"""Where a project's state lives: the lake, trained models and Prefect's home."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_ENV = "VIEWMILL_HOME"
+DEFAULT_STATE = ".viewmill"
+
+
+@dataclass(frozen=True)
+class StatePaths:
+    root: Path
+
+    @classmethod
+    def resolve(cls, state_dir: Path | str | None = None) -> StatePaths:
+        chosen = state_dir or os.environ.get(STATE_ENV) or DEFAULT_STATE
+        return cls(Path(chosen).expanduser().resolve())
+
+    @property
+    def lake(self) -> Path:
+        return self.root / "lake"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.root / "prefect"

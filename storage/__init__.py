@@ -1,0 +1,1 @@
+"""The Parquet lake: schemas, stable ids, DuckLake catalog, snapshots and queries."""

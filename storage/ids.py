@@ -1,0 +1,31 @@
+"""Stable, content-derived identifiers."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from typing import Any
+
+import xxhash
+
+
+def normalize_text(text: str) -> str:
+    """NFC and single spaces: the form every id and comparison is taken over."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def text_hash(text: str) -> str:
+    return xxhash.xxh3_64_hexdigest(text.encode("utf-8"))
+
+
+def sentence_id(text: str) -> str:
+    return text_hash(normalize_text(text))
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def fingerprint(*parts: Any) -> str:
+    """Hash of any JSON-able parts; order matters, dict key order does not."""
+    return xxhash.xxh3_128_hexdigest(canonical_json(list(parts)).encode("utf-8"))

@@ -1,0 +1,170 @@
+"""Explicit Arrow schemas of the lake tables (never inferred from data)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+TS = pa.timestamp("us", tz="UTC")
+
+SENTENCES = pa.schema(
+    [
+        ("corpus", pa.string()),
+        ("sentence_id", pa.string()),
+        ("text", pa.string()),
+        ("lang", pa.string()),
+        ("split", pa.string()),
+        (
+            "origin",
+            pa.struct(
+                [
+                    ("file", pa.string()),
+                    ("row", pa.int64()),
+                    ("pair_id", pa.string()),
+                    ("nli_label", pa.string()),
+                ]
+            ),
+        ),
+        ("run_id", pa.string()),
+    ]
+)
+
+TRANSLATIONS = pa.schema(
+    [
+        ("cache_key", pa.string()),
+        ("engine", pa.string()),
+        ("model", pa.string()),
+        ("revision", pa.string()),
+        ("src_lang", pa.string()),
+        ("tgt_lang", pa.string()),
+        ("decoding", pa.string()),
+        ("seed", pa.int64()),
+        ("src_text_hash", pa.string()),
+        ("rank", pa.int32()),
+        ("text", pa.string()),
+        ("score", pa.float64()),
+        ("run_id", pa.string()),
+        ("created_at", TS),
+    ]
+)
+
+QUALITY = pa.struct(
+    [
+        ("length_ratio", pa.float64()),
+        ("chrf_to_source", pa.float64()),
+        ("identical_to_source", pa.bool_()),
+        ("repeated_ngram", pa.int32()),
+        ("cosine_to_source", pa.float64()),
+    ]
+)
+
+PROVENANCE = pa.struct(
+    [
+        ("engines", pa.list_(pa.string())),
+        ("models", pa.list_(pa.string())),
+        ("decoding", pa.string()),
+        ("cache_keys", pa.list_(pa.string())),
+    ]
+)
+
+VIEWS = pa.schema(
+    [
+        ("view_id", pa.string()),
+        ("sentence_id", pa.string()),
+        ("augmenter", pa.string()),
+        ("config_hash", pa.string()),
+        ("method", pa.string()),
+        ("path", pa.string()),
+        ("text", pa.string()),
+        ("lang", pa.string()),
+        ("provenance", PROVENANCE),
+        ("quality", QUALITY),
+        ("status", pa.string()),
+        ("reject_reason", pa.string()),
+        ("run_id", pa.string()),
+    ]
+)
+
+PAIRS = pa.schema(
+    [
+        ("pair_id", pa.string()),
+        ("recipe", pa.string()),
+        ("snapshot", pa.string()),
+        ("sentence_id", pa.string()),
+        ("view_a_id", pa.string()),
+        ("view_b_id", pa.string()),
+        ("text_a", pa.string()),
+        ("text_b", pa.string()),
+        ("lang_a", pa.string()),
+        ("lang_b", pa.string()),
+    ]
+)
+
+SNAPSHOTS = pa.schema(
+    [
+        ("snapshot", pa.string()),
+        ("recipe", pa.string()),
+        ("corpus", pa.string()),
+        ("content_hash", pa.string()),
+        ("n_pairs", pa.int64()),
+        ("lake_version", pa.int64()),
+        ("run_id", pa.string()),
+        ("created_at", TS),
+    ]
+)
+
+RUNS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("flow", pa.string()),
+        ("recipe", pa.string()),
+        ("recipe_hash", pa.string()),
+        ("recipe_json", pa.string()),
+        ("code_version", pa.string()),
+        ("packages", pa.string()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("started_at", TS),
+        ("finished_at", TS),
+        ("timings", pa.string()),
+        ("counts", pa.string()),
+    ]
+)
+
+MODELS = pa.schema(
+    [
+        ("model_id", pa.string()),
+        ("path", pa.string()),
+        ("base_model", pa.string()),
+        ("objective", pa.string()),
+        ("snapshot", pa.string()),
+        ("train_config", pa.string()),
+        ("run_id", pa.string()),
+        ("created_at", TS),
+    ]
+)
+
+EVALS = pa.schema(
+    [
+        ("model", pa.string()),
+        ("model_label", pa.string()),
+        ("task", pa.string()),
+        ("subset", pa.string()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+        ("n", pa.int64()),
+        ("convention", pa.string()),
+        ("run_id", pa.string()),
+        ("created_at", TS),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "sentences": SENTENCES,
+    "translations": TRANSLATIONS,
+    "views": VIEWS,
+    "pairs": PAIRS,
+    "snapshots": SNAPSHOTS,
+    "runs": RUNS,
+    "models": MODELS,
+    "evals": EVALS,
+}

@@ -1,0 +1,101 @@
+"""Named, immutable snapshots of view pairs: what a training run reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from storage.ids import fingerprint
+from storage.lake import Lake, LakeError
+from storage.schema import SNAPSHOTS
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    name: str
+    n_pairs: int
+    content_hash: str
+    lake_version: int
+    created: bool  # False when an identical snapshot already existed
+
+
+def _candidate_pairs(lake: Lake, corpus: str, config_a: str, config_b: str) -> pa.Table:
+    return lake.arrow(
+        """
+        SELECT a.sentence_id, a.view_id AS view_a_id, b.view_id AS view_b_id,
+               a.text AS text_a, b.text AS text_b, a.lang AS lang_a, b.lang AS lang_b
+        FROM sentences s
+        JOIN views a ON a.sentence_id = s.sentence_id AND a.config_hash = ? AND a.status = 'kept'
+        JOIN views b ON b.sentence_id = s.sentence_id AND b.config_hash = ? AND b.status = 'kept'
+        WHERE s.corpus = ?
+        ORDER BY a.sentence_id
+        """,
+        [config_a, config_b, corpus],
+    )
+
+
+def create_pairs_snapshot(
+    lake: Lake, *, recipe: str, corpus: str, config_a: str, config_b: str, run_id: str
+) -> Snapshot:
+    """Pair the two augmenters' kept views of every corpus sentence into a named snapshot.
+
+    The name is derived from the content, so the same pairs always give the same snapshot
+    and an existing snapshot is never rewritten.
+    """
+    pairs = _candidate_pairs(lake, corpus, config_a, config_b)
+    if pairs.num_rows == 0:
+        raise LakeError(
+            f"no sentence of corpus '{corpus}' has kept views from both augmenters: "
+            "check the filters in the recipe (viewmill sql \"SELECT augmenter, status, reject_reason, "
+            "count(*) FROM views GROUP BY ALL\")"
+        )
+    pair_ids = [
+        fingerprint(s, a, b)
+        for s, a, b in zip(
+            pairs["sentence_id"].to_pylist(), pairs["view_a_id"].to_pylist(), pairs["view_b_id"].to_pylist(), strict=True
+        )
+    ]
+    content_hash = fingerprint(recipe, pair_ids)
+    name = f"{recipe}-{content_hash[:12]}"
+    existing = lake.arrow("SELECT n_pairs, lake_version FROM snapshots WHERE snapshot = ?", [name])
+    if existing.num_rows:
+        return Snapshot(name, existing["n_pairs"][0].as_py(), content_hash, existing["lake_version"][0].as_py(), False)
+    n = pairs.num_rows
+    rows = (
+        pairs.append_column("pair_id", pa.array(pair_ids))
+        .append_column("recipe", pa.array([recipe] * n))
+        .append_column("snapshot", pa.array([name] * n))
+    )
+    with lake.transaction():
+        lake.append("pairs", rows)
+        lake.append(
+            "snapshots",
+            pa.Table.from_pylist(
+                [
+                    {
+                        "snapshot": name,
+                        "recipe": recipe,
+                        "corpus": corpus,
+                        "content_hash": content_hash,
+                        "n_pairs": n,
+                        "lake_version": lake.version() + 1,
+                        "run_id": run_id,
+                        "created_at": datetime.now(UTC),
+                    }
+                ],
+                schema=SNAPSHOTS,
+            ),
+        )
+    return Snapshot(name, n, content_hash, lake.version(), True)
+
+
+def read_pairs(lake: Lake, snapshot: str) -> pa.Table:
+    """The pairs of a named snapshot, in a stable order."""
+    if lake.scalar("SELECT count(*) FROM snapshots WHERE snapshot = ?", [snapshot]) == 0:
+        known = [r[0] for r in lake.con.execute("SELECT snapshot FROM snapshots ORDER BY created_at").fetchall()]
+        raise LakeError(f"no pairs snapshot named '{snapshot}' (known: {', '.join(known) or 'none'})")
+    return lake.arrow(
+        "SELECT pair_id, sentence_id, text_a, text_b FROM pairs WHERE snapshot = ? ORDER BY pair_id", [snapshot]
+    )

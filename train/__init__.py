@@ -1,0 +1,1 @@
+"""Training: encoders, objectives (BSL), the training loop and evaluation."""

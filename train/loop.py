@@ -1,0 +1,160 @@
+"""The BSL training loop over a pairs snapshot, and export as a sentence-transformers model."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from train.bsl import BSL
+from train.encoder import load_sentence_model
+
+MANIFEST = "viewmill.json"
+
+
+class BSLConfig(BaseModel):
+    """BSL hyperparameters. The defaults are the safe post-training setting for strong
+    encoders: the predictor warms up first with the encoder frozen, then both train, the
+    encoder at a small learning rate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    objective: str = Field("bsl", pattern="^bsl$")
+    steps: int = Field(120, ge=1)
+    batch_size: int = Field(64, ge=2)
+    max_length: int = Field(64, ge=8)
+    encoder_lr: float = Field(1e-5, gt=0)
+    predictor_lr: float = Field(1e-3, gt=0)
+    predictor_warmup_steps: int = Field(40, ge=0)
+    momentum: float = Field(0.999, ge=0, le=1)
+    predictor_k: int = Field(8, ge=1)
+    seed: int = 13
+    device: str = "cpu"
+
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> BSLConfig:
+        if self.predictor_warmup_steps >= self.steps:
+            raise ValueError(
+                f"predictor_warmup_steps ({self.predictor_warmup_steps}) must be below steps ({self.steps}), "
+                "or the encoder never trains"
+            )
+        return self
+
+
+@dataclass
+class TrainReport:
+    steps: int
+    pairs: int
+    first_loss: float
+    last_loss: float
+    seconds: float
+    model_dir: str
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def batches(n_pairs: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
+    """`steps` batches of pair indices: shuffled epochs, each pair once per epoch."""
+    if n_pairs < batch_size:
+        raise ValueError(f"the snapshot has {n_pairs} pairs, fewer than one batch of {batch_size}: lower train.batch_size")
+    rng = np.random.default_rng(seed)
+    out: list[list[int]] = []
+    while len(out) < steps:
+        order = rng.permutation(n_pairs)
+        out.extend(order[i : i + batch_size].tolist() for i in range(0, n_pairs - batch_size + 1, batch_size))
+    return out[:steps]
+
+
+def train_bsl(
+    pairs: Sequence[tuple[str, str]],
+    base_model: str,
+    config: BSLConfig,
+    out_dir: Path,
+    *,
+    card: dict,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainReport:
+    """Fit BSL on (view a, view b) pairs starting from `base_model`; export to `out_dir`.
+
+    The export is written to a temporary sibling and renamed into place, so `out_dir`
+    either holds a complete model with its manifest or does not exist.
+    """
+    seed_everything(config.seed)
+    start = time.perf_counter()
+    sentence_model = load_sentence_model(base_model, device=config.device)
+    transformer = sentence_model[0]
+    encoder = transformer.auto_model
+    tokenizer = sentence_model.tokenizer
+    dim = sentence_model.get_embedding_dimension()
+    model = BSL(encoder, dim, config.predictor_k).to(config.device)
+    optimizer = torch.optim.Adam(
+        [
+            {"params": list(model.online.parameters()), "lr": config.encoder_lr},
+            {"params": list(model.predictor.parameters()), "lr": config.predictor_lr},
+        ]
+    )
+    model.train()
+    losses: list[float] = []
+    for step, index in enumerate(batches(len(pairs), config.batch_size, config.steps, config.seed), start=1):
+        texts = [pairs[i][0] for i in index] + [pairs[i][1] for i in index]
+        batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
+        batch = {k: v.to(config.device) for k, v in batch.items()}
+        warming_up = step <= config.predictor_warmup_steps
+        optimizer.zero_grad(set_to_none=True)
+        loss = model.loss(batch, len(index), train_encoder=not warming_up)
+        loss.backward()
+        optimizer.step()
+        if not warming_up:
+            model.update_target(config.momentum)
+        losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(step, losses[-1])
+    model.eval()
+    report = TrainReport(
+        steps=config.steps,
+        pairs=len(pairs),
+        first_loss=losses[0],
+        last_loss=losses[-1],
+        seconds=time.perf_counter() - start,
+        model_dir=str(out_dir),
+    )
+    export(sentence_model, out_dir, {**card, "train_config": config.model_dump(), "report": asdict(report)})
+    return report
+
+
+def export(sentence_model, out_dir: Path, manifest: dict) -> None:
+    """Save the online encoder as a sentence-transformers directory with a model card."""
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    sentence_model.save(str(staging))
+    lines = [
+        f"# {out_dir.name}",
+        "",
+        f"Trained by viewmill with {manifest['train_config']['objective'].upper()} from `{manifest.get('base_model')}`.",
+        "",
+        f"- recipe: `{manifest.get('recipe')}`",
+        f"- pairs snapshot: `{manifest.get('snapshot')}`",
+        f"- steps: {manifest['train_config']['steps']}, batch size {manifest['train_config']['batch_size']}",
+        "",
+        "Load with `SentenceTransformer(path)`. Metrics are in the lake's `evals` table.",
+    ]
+    (staging / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
+
+
+def is_complete_model(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
