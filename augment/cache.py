@@ -26,7 +26,14 @@ class CacheStats:
 
 def cache_key(engine: TranslationEngine, src: str, tgt: str, decoding: DecodingSpec, source_text: str) -> str:
     return fingerprint(
-        engine.name, engine.model, engine.revision, src, tgt, decoding.canonical(), decoding.seed, text_hash(source_text)
+        engine.name,
+        engine.model,
+        engine.revision,
+        src,
+        tgt,
+        decoding.canonical(),
+        decoding.seed,
+        text_hash(source_text),
     )
 
 
@@ -84,7 +91,9 @@ def translate_cached(
             for rank, hypothesis in enumerate(hyps)
         ]
         with lake.transaction():
-            lake.append("translations", pa.Table.from_pylist(rows, schema=TRANSLATIONS), unique_on=("cache_key", "rank"))
+            lake.append(
+                "translations", pa.Table.from_pylist(rows, schema=TRANSLATIONS), unique_on=("cache_key", "rank")
+            )
         for text, hyps in zip(chunk, hypotheses, strict=True):
             by_key[keys[text]] = hyps[0]
         if on_chunk is not None:

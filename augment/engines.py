@@ -124,8 +124,7 @@ class ApertiumEngine:
             lines.pop()
         if len(lines) != len(texts):
             raise EngineError(
-                f"apertium {self.mode} returned {len(lines)} lines for {len(texts)} inputs; "
-                "the batch was not written"
+                f"apertium {self.mode} returned {len(lines)} lines for {len(texts)} inputs; the batch was not written"
             )
         return [[line.strip()] for line in lines]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,9 @@ from sacremoses import MosesDetokenizer
 
 from storage.ids import normalize_text, sentence_id
 from storage.schema import SENTENCES
+
+# Moses leaves Penn Treebank's split negations ("does n't", "ca n't") apart.
+_SPLIT_NEGATION = re.compile(r"(\w) n't\b")
 
 
 class CorpusError(ValueError):
@@ -116,7 +120,7 @@ def ingest(
                 stats.blank += 1
                 continue
             if detok is not None:
-                text = normalize_text(detok.detokenize(text.split()))
+                text = normalize_text(_SPLIT_NEGATION.sub(r"\1n't", detok.detokenize(text.split())))
             n_words = len(text.split())
             if n_words < min_words:
                 stats.too_short += 1

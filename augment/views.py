@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -45,7 +44,7 @@ class BackTranslation(BaseModel):
 class AugmentReport:
     augmenter: str
     config_hash: str
-    sentences: int = 0
+    sentences: int = 0  # in the corpus; kept and rejected count all their views, old and new
     reused_views: int = 0
     new_views: int = 0
     kept: int = 0
@@ -89,13 +88,10 @@ def back_translate(
     """
     legs = list(zip(spec.path, spec.path[1:], strict=False))
     engines = [make_engine(spec.engine, src, tgt) for src, tgt in legs]
-    config_hash = fingerprint(
-        spec.model_dump(), filters.model_dump(), [(e.name, e.model, e.revision) for e in engines]
-    )
+    config_hash = fingerprint(spec.model_dump(), filters.model_dump(), [(e.name, e.model, e.revision) for e in engines])
     todo = pending_sentences(lake, corpus, config_hash)
     total = lake.scalar("SELECT count(*) FROM sentences WHERE corpus = ?", [corpus])
     report = AugmentReport(spec.name, config_hash, sentences=total, reused_views=total - len(todo))
-    reasons: Counter[str] = Counter()
     if on_progress is not None:
         on_progress(0, len(todo))
     for start in range(0, len(todo), chunk_size):
@@ -112,7 +108,6 @@ def back_translate(
             view = texts[i]
             quality = quality_signals(source, view)
             reason = reject_reason(view, quality, filters)
-            reasons[reason or "kept"] += 1
             rows.append(
                 {
                     "view_id": fingerprint(sid, config_hash),
@@ -139,7 +134,16 @@ def back_translate(
             report.new_views += lake.append("views", pa.Table.from_pylist(rows, schema=VIEWS), unique_on=("view_id",))
         if on_progress is not None:
             on_progress(min(start + chunk_size, len(todo)), len(todo))
+    totals = lake.arrow(
+        """
+        SELECT coalesce(v.reject_reason, 'kept') AS reason, count(*) AS n
+        FROM views v JOIN sentences s ON s.sentence_id = v.sentence_id AND s.corpus = ?
+        WHERE v.config_hash = ? GROUP BY ALL
+        """,
+        [corpus, config_hash],
+    ).to_pylist()
+    reasons = {row["reason"]: row["n"] for row in totals}
     report.kept = reasons.pop("kept", 0)
     report.rejected = sum(reasons.values())
-    report.reasons = dict(reasons)
+    report.reasons = reasons
     return report

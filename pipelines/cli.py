@@ -25,7 +25,9 @@ console = Console()
 err_console = Console(stderr=True)
 
 USER_ERRORS = (RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError)
-StateDir = Annotated[Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")]
+StateDir = Annotated[
+    Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")
+]
 
 
 def _fail(exc: Exception) -> None:
@@ -37,7 +39,9 @@ def _fail(exc: Exception) -> None:
 def run(
     recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
     state_dir: StateDir = None,
-    prefect: Annotated[bool, typer.Option(help="run as a Prefect flow (ephemeral API unless PREFECT_API_URL is set)")] = True,
+    prefect: Annotated[
+        bool, typer.Option(help="run as a Prefect flow (ephemeral API unless PREFECT_API_URL is set)")
+    ] = True,
 ) -> None:
     """Run a recipe end to end: ingest, augment, pair, train, evaluate."""
     from pipelines import stages
@@ -54,9 +58,9 @@ def run(
             configure_prefect(state)
             from pipelines.flows import recipe_flow
 
-            summary = recipe_flow(str(recipe), str(state.root))
+            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True)
         else:
-            summary = stages.run_recipe(ctx)
+            summary = stages.run_recipe(ctx, preflight_done=True)
     except USER_ERRORS as exc:
         _fail(exc)
     render_summary(summary, console)
@@ -106,7 +110,10 @@ def snapshots(state_dir: StateDir = None) -> None:
     """List the named pairs snapshots."""
     try:
         with Lake(StatePaths.resolve(state_dir).lake, read_only=True) as lake:
-            table = lake.arrow("SELECT snapshot, recipe, corpus, n_pairs, lake_version, created_at, run_id FROM snapshots ORDER BY created_at")
+            table = lake.arrow(
+                "SELECT snapshot, recipe, corpus, n_pairs, lake_version, created_at, run_id "
+                "FROM snapshots ORDER BY created_at"
+            )
     except USER_ERRORS as exc:
         _fail(exc)
     _print_table(table, "table")

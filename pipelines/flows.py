@@ -16,12 +16,24 @@ from pipelines.state import StatePaths
 
 # Stages cache through the lake themselves (translations, views, models, evals), so
 # Prefect's own caching stays off and tasks never hash lake connections.
-_STAGES = (stages.preflight, stages.ingest_stage, stages.augment_stage, stages.pair_stage, stages.train_stage, stages.evaluate_stage)
+_STAGES = (
+    stages.preflight,
+    stages.ingest_stage,
+    stages.augment_stage,
+    stages.pair_stage,
+    stages.train_stage,
+    stages.evaluate_stage,
+)
 TASKS = {fn: task(fn, name=fn.__name__.removesuffix("_stage"), cache_policy=NO_CACHE) for fn in _STAGES}
 
 
 @flow(name="viewmill-recipe")
-def recipe_flow(recipe_path: str, state_dir: str) -> dict[str, Any]:
-    """Run a recipe end to end: ingest, augment, pair, train, evaluate."""
+def recipe_flow(recipe_path: str, state_dir: str, preflight_done: bool = False) -> dict[str, Any]:
+    """Run a recipe end to end: preflight, ingest, augment, pair, train, evaluate."""
     ctx = stages.RunContext(load_recipe(recipe_path), StatePaths.resolve(state_dir))
-    return stages.run_recipe(ctx, call=lambda stage, *args: TASKS[stage](*args), flow="prefect:viewmill-recipe")
+    return stages.run_recipe(
+        ctx,
+        call=lambda stage, *args: TASKS[stage](*args),
+        flow="prefect:viewmill-recipe",
+        preflight_done=preflight_done,
+    )

@@ -11,7 +11,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 @contextmanager
 def progress_bar(description: str, total: int | None = None) -> Iterator[Callable[[int, int], None]]:
     """Yields advance(done, total); the bar closes when the block ends."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, transient=False) as progress:
         task = progress.add_task(description, total=total)
 

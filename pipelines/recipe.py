@@ -69,7 +69,9 @@ class Recipe(BaseModel):
             raise ValueError(f"augmenter names must be unique, got {names}")
         for side in ("view_a", "view_b"):
             if getattr(self.pair, side) not in names:
-                raise ValueError(f"pair.{side} '{getattr(self.pair, side)}' is not an augmenter name ({', '.join(names)})")
+                raise ValueError(
+                    f"pair.{side} '{getattr(self.pair, side)}' is not an augmenter name ({', '.join(names)})"
+                )
         if self.pair.view_a == self.pair.view_b:
             raise ValueError("pair.view_a and pair.view_b must name two different augmenters")
         return self

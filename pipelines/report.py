@@ -18,27 +18,45 @@ def render_summary(summary: dict[str, Any], console: Console | None = None) -> N
             f"{ingest['too_long']} too long, {ingest['blank']} blank lines skipped)"
         )
     augment = Table(title="augment")
-    for col in ("augmenter", "views reused", "new views", "kept", "rejected", "translation cache hits", "translated"):
-        augment.add_column(col, justify="right" if col != "augmenter" else "left")
+    augment.add_column("augmenter")
+    for col in ("views cached", "views new", "kept", "rejected", "MT cached", "MT new"):
+        augment.add_column(col, justify="right")
     for name, r in summary.get("augment", {}).items():
-        augment.add_row(name, str(r["reused_views"]), str(r["new_views"]), str(r["kept"]), str(r["rejected"]),
-                        str(r["cache"]["hits"]), str(r["cache"]["misses"]))
+        augment.add_row(
+            name,
+            str(r["reused_views"]),
+            str(r["new_views"]),
+            str(r["kept"]),
+            str(r["rejected"]),
+            str(r["cache"]["hits"]),
+            str(r["cache"]["misses"]),
+        )
     if augment.row_count:
         console.print(augment)
+        console.print(
+            "views cached: already in the lake for this augmenter; MT cached/new: translation-cache hits/misses"
+        )
     snap = summary.get("snapshot")
     if snap:
         state = "created" if snap["created"] else "already existed (same pairs)"
         console.print(f"[bold]pairs snapshot[/] {snap['name']}: {snap['n_pairs']} pairs, {state}")
     trained = summary.get("train")
     if trained:
-        how = "reused (same pairs, config and base model)" if trained["reused"] else (
-            f"{trained['steps']} steps in {trained['seconds']:.0f}s, loss {trained['first_loss']:.3f} -> {trained['last_loss']:.3f}")
+        how = (
+            "reused (same pairs, config and base model)"
+            if trained["reused"]
+            else (
+                f"{trained['steps']} steps in {trained['seconds']:.0f}s, "
+                f"loss {trained['first_loss']:.3f} -> {trained['last_loss']:.3f}"
+            )
+        )
         console.print(f"[bold]model[/] {trained['path']}: {how}")
     evals = summary.get("evals", [])
     if evals:
         labels = list(dict.fromkeys(e["model"] for e in evals))
         tasks = list(dict.fromkeys(e["task"] for e in evals))
-        table = Table(title="evaluation: Spearman x100 of cosine similarity")
+        cached = " (stored results)" if all(e["reused"] for e in evals) else ""
+        table = Table(title=f"evaluation: Spearman x100 of cosine similarity{cached}")
         table.add_column("task")
         table.add_column("pairs", justify="right")
         for label in labels:

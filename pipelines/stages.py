@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from augment.engines import make_engine
-from augment.ingest import CorpusError, ingest
+from augment.ingest import IngestStats, ingest
 from augment.views import back_translate
 from pipelines.progress import progress_bar
 from pipelines.recipe import Recipe
@@ -35,18 +35,22 @@ PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers
 class RunContext:
     recipe: Recipe
     state: StatePaths
-    run_id: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6])
+    run_id: str = field(
+        default_factory=lambda: datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    )
 
     def lake(self) -> Lake:
         return Lake(self.state.lake)
 
 
 def preflight(ctx: RunContext) -> dict[str, Any]:
-    """Check everything that can fail cheaply before anything is written."""
+    """Check everything that can fail on bad input before anything is written.
+
+    Reads the whole corpus once (encoding, emptiness), checks every engine direction, the
+    evaluation files and the encoder. Nothing here touches the lake.
+    """
     recipe = ctx.recipe
-    for path in recipe.corpus.files:
-        if not path.is_file():
-            raise CorpusError(f"corpus file not found: {path} (fix the path in the recipe's corpus.files)")
+    _, stats = _read_corpus(ctx)
     for spec in recipe.augmenters:
         for src, tgt in zip(spec.path, spec.path[1:], strict=False):
             make_engine(spec.engine, src, tgt)
@@ -54,12 +58,12 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
         for task in recipe.evaluate.tasks:
             LOADERS[task.format](task.path)
     encoder = resolve_encoder(recipe.train.encoder) if recipe.train is not None else None
-    return {"encoder": encoder}
+    return {"sentences": stats.kept, "encoder": encoder}
 
 
-def ingest_stage(ctx: RunContext) -> dict[str, Any]:
+def _read_corpus(ctx: RunContext) -> tuple[pa.Table, IngestStats]:
     spec = ctx.recipe.corpus
-    table, stats = ingest(
+    return ingest(
         spec.files,
         corpus=ctx.recipe.corpus_name,
         fmt=spec.format,
@@ -70,6 +74,10 @@ def ingest_stage(ctx: RunContext) -> dict[str, Any]:
         limit=spec.limit,
         run_id=ctx.run_id,
     )
+
+
+def ingest_stage(ctx: RunContext) -> dict[str, Any]:
+    table, stats = _read_corpus(ctx)
     with ctx.lake() as lake, lake.transaction():
         new = lake.append("sentences", table, unique_on=("corpus", "sentence_id"))
     return {"corpus": ctx.recipe.corpus_name, "sentences": table.num_rows, "new_sentences": new, **asdict(stats)}
@@ -78,14 +86,21 @@ def ingest_stage(ctx: RunContext) -> dict[str, Any]:
 def augment_stage(ctx: RunContext, augmenter: str) -> dict[str, Any]:
     spec = ctx.recipe.augmenter(augmenter)
     with ctx.lake() as lake, progress_bar(f"augment {spec.name} ({spec.path_label})") as advance:
-        report = back_translate(lake, ctx.recipe.corpus_name, spec, ctx.recipe.filters, run_id=ctx.run_id, on_progress=advance)
+        report = back_translate(
+            lake, ctx.recipe.corpus_name, spec, ctx.recipe.filters, run_id=ctx.run_id, on_progress=advance
+        )
     return report.as_dict()
 
 
 def pair_stage(ctx: RunContext, config_a: str, config_b: str) -> dict[str, Any]:
     with ctx.lake() as lake:
         snap = create_pairs_snapshot(
-            lake, recipe=ctx.recipe.name, corpus=ctx.recipe.corpus_name, config_a=config_a, config_b=config_b, run_id=ctx.run_id
+            lake,
+            recipe=ctx.recipe.name,
+            corpus=ctx.recipe.corpus_name,
+            config_a=config_a,
+            config_b=config_b,
+            run_id=ctx.run_id,
         )
     return asdict(snap)
 
@@ -128,7 +143,10 @@ def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[s
     results: list[dict[str, Any]] = []
     for entry in models:
         with ctx.lake() as lake:
-            stored = lake.arrow("SELECT task, value, n, convention FROM evals WHERE model = ? AND metric = 'spearman_cosine_x100'", [entry["model_id"]])
+            stored = lake.arrow(
+                "SELECT task, value, n, convention FROM evals WHERE model = ? AND metric = 'spearman_cosine_x100'",
+                [entry["model_id"]],
+            )
         done = {row["task"]: row for row in stored.to_pylist()}
         todo = [task for task in spec.tasks if task.name not in done]
         new_rows = []
@@ -138,29 +156,58 @@ def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[s
                 for i, task in enumerate(todo, start=1):
                     data = LOADERS[task.format](task.path)
                     value = spearman_x100(embed, data)
-                    done[task.name] = {"task": task.name, "value": value, "n": len(data.gold), "convention": data.convention}
-                    new_rows.append({**done[task.name], "model": entry["model_id"], "model_label": entry["label"], "subset": "all",
-                                     "metric": "spearman_cosine_x100", "run_id": ctx.run_id, "created_at": datetime.now(UTC)})
+                    done[task.name] = {
+                        "task": task.name,
+                        "value": value,
+                        "n": len(data.gold),
+                        "convention": data.convention,
+                    }
+                    new_rows.append(
+                        {
+                            **done[task.name],
+                            "model": entry["model_id"],
+                            "model_label": entry["label"],
+                            "subset": "all",
+                            "metric": "spearman_cosine_x100",
+                            "run_id": ctx.run_id,
+                            "created_at": datetime.now(UTC),
+                        }
+                    )
                     advance(i, len(todo))
             with ctx.lake() as lake, lake.transaction():
                 lake.append("evals", pa.Table.from_pylist(new_rows, schema=EVALS))
         for task in spec.tasks:
             row = done[task.name]
-            results.append({"model": entry["label"], "task": task.name, "value": row["value"], "n": row["n"],
-                            "convention": row["convention"], "reused": task not in todo})
+            results.append(
+                {
+                    "model": entry["label"],
+                    "task": task.name,
+                    "value": row["value"],
+                    "n": row["n"],
+                    "convention": row["convention"],
+                    "reused": task not in todo,
+                }
+            )
     return results
 
 
 def code_version() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                             cwd=Path(__file__).parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        )
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return importlib.metadata.version("viewmill")
 
 
-def record_run(ctx: RunContext, flow: str, started: datetime, status: str, timings: dict, counts: dict, error: str | None = None) -> None:
+def record_run(
+    ctx: RunContext, flow: str, started: datetime, status: str, timings: dict, counts: dict, error: str | None = None
+) -> None:
     versions = {}
     for name in PACKAGES:
         try:
@@ -168,10 +215,19 @@ def record_run(ctx: RunContext, flow: str, started: datetime, status: str, timin
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     row = {
-        "run_id": ctx.run_id, "flow": flow, "recipe": ctx.recipe.name, "recipe_hash": ctx.recipe.content_hash(),
-        "recipe_json": ctx.recipe.as_json(), "code_version": code_version(), "packages": canonical_json(versions),
-        "status": status, "error": error, "started_at": started, "finished_at": datetime.now(UTC),
-        "timings": canonical_json(timings), "counts": canonical_json(counts),
+        "run_id": ctx.run_id,
+        "flow": flow,
+        "recipe": ctx.recipe.name,
+        "recipe_hash": ctx.recipe.content_hash(),
+        "recipe_json": ctx.recipe.as_json(),
+        "code_version": code_version(),
+        "packages": canonical_json(versions),
+        "status": status,
+        "error": error,
+        "started_at": started,
+        "finished_at": datetime.now(UTC),
+        "timings": canonical_json(timings),
+        "counts": canonical_json(counts),
     }
     with ctx.lake() as lake, lake.transaction():
         lake.append("runs", pa.Table.from_pylist([row], schema=RUNS))
@@ -180,8 +236,15 @@ def record_run(ctx: RunContext, flow: str, started: datetime, status: str, timin
 Stage = Callable[..., Any]
 
 
-def run_recipe(ctx: RunContext, call: Callable[..., Any] = lambda stage, *args: stage(*args), flow: str = "plain") -> dict[str, Any]:
+def run_recipe(
+    ctx: RunContext,
+    call: Callable[..., Any] = lambda stage, *args: stage(*args),
+    flow: str = "plain",
+    preflight_done: bool = False,
+) -> dict[str, Any]:
     """Run every stage in order through `call` (Prefect passes one that wraps each stage in a task).
+
+    `preflight_done` skips the input checks when the caller has just run them.
 
     Returns the run summary; the run record is written whether the run succeeds or fails
     (a preflight failure writes nothing at all).
@@ -196,12 +259,19 @@ def run_recipe(ctx: RunContext, call: Callable[..., Any] = lambda stage, *args: 
         timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - t0, 2)
         return result
 
-    timed("preflight", preflight, ctx)
+    if not preflight_done:
+        timed("preflight", preflight, ctx)
     try:
         summary["ingest"] = timed("ingest", ingest_stage, ctx)
         summary["augment"] = {a.name: timed("augment", augment_stage, ctx, a.name) for a in ctx.recipe.augmenters}
         pair = ctx.recipe.pair
-        snap = timed("pair", pair_stage, ctx, summary["augment"][pair.view_a]["config_hash"], summary["augment"][pair.view_b]["config_hash"])
+        snap = timed(
+            "pair",
+            pair_stage,
+            ctx,
+            summary["augment"][pair.view_a]["config_hash"],
+            summary["augment"][pair.view_b]["config_hash"],
+        )
         summary["snapshot"] = snap
         models = []
         if ctx.recipe.train is not None:

@@ -31,8 +31,7 @@ def ducklake_extension_path() -> Path:
         import duckdb_extension_ducklake
     except ImportError as exc:  # pragma: no cover - install problem
         raise LakeError(
-            "the DuckLake extension is not installed: pip install "
-            f"duckdb-extension-ducklake=={duckdb.__version__}"
+            f"the DuckLake extension is not installed: pip install duckdb-extension-ducklake=={duckdb.__version__}"
         ) from exc
     path = (
         Path(duckdb_extension_ducklake.__file__).parent
@@ -69,15 +68,18 @@ class Lake:
             self.data_path.mkdir(parents=True, exist_ok=True)
         self.con = duckdb.connect(config={"threads": max(1, os.cpu_count() or 1)})
         self.con.execute(f"LOAD {_sql_literal(str(ducklake_extension_path()))}")
-        options = ["READ_ONLY"] if read_only else [
-            f"DATA_PATH {_sql_literal(str(self.data_path) + '/')}",
-            # Small commits still become Parquet files, so the data stays plain Parquet.
-            "DATA_INLINING_ROW_LIMIT 0",
-        ]
+        options = (
+            ["READ_ONLY"]
+            if read_only
+            else [
+                f"DATA_PATH {_sql_literal(str(self.data_path) + '/')}",
+                # Small commits still become Parquet files, so the data stays plain Parquet.
+                "DATA_INLINING_ROW_LIMIT 0",
+            ]
+        )
         try:
             self.con.execute(
-                f"ATTACH {_sql_literal('ducklake:' + str(self.catalog_path))} AS {CATALOG_NAME} "
-                f"({', '.join(options)})"
+                f"ATTACH {_sql_literal('ducklake:' + str(self.catalog_path))} AS {CATALOG_NAME} ({', '.join(options)})"
             )
         except duckdb.IOException as exc:
             self.con.close()
@@ -137,15 +139,10 @@ class Lake:
         try:
             if unique_on:
                 keys = ", ".join(unique_on)
-                source = (
-                    f"(SELECT DISTINCT ON ({keys}) * FROM _incoming) AS s "
-                    f"ANTI JOIN {table} USING ({keys})"
-                )
+                source = f"(SELECT DISTINCT ON ({keys}) * FROM _incoming) AS s ANTI JOIN {table} USING ({keys})"
             else:
                 source = "_incoming"
-            inserted = self.con.execute(
-                f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {source}"
-            ).fetchone()
+            inserted = self.con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {source}").fetchone()
         finally:
             self.con.unregister("_incoming")
         return int(inserted[0]) if inserted else 0

@@ -48,13 +48,16 @@ def create_pairs_snapshot(
     if pairs.num_rows == 0:
         raise LakeError(
             f"no sentence of corpus '{corpus}' has kept views from both augmenters: "
-            "check the filters in the recipe (viewmill sql \"SELECT augmenter, status, reject_reason, "
-            "count(*) FROM views GROUP BY ALL\")"
+            'check the filters in the recipe (viewmill sql "SELECT augmenter, status, reject_reason, '
+            'count(*) FROM views GROUP BY ALL")'
         )
     pair_ids = [
         fingerprint(s, a, b)
         for s, a, b in zip(
-            pairs["sentence_id"].to_pylist(), pairs["view_a_id"].to_pylist(), pairs["view_b_id"].to_pylist(), strict=True
+            pairs["sentence_id"].to_pylist(),
+            pairs["view_a_id"].to_pylist(),
+            pairs["view_b_id"].to_pylist(),
+            strict=True,
         )
     ]
     content_hash = fingerprint(recipe, pair_ids)

@@ -43,7 +43,9 @@ def encoder_fingerprint(resolved: str) -> str:
     if not path.is_dir():
         return resolved
     digest = xxhash.xxh3_128()
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in {".json", ".safetensors", ".bin", ".txt"}):
+    for file in sorted(
+        p for p in path.rglob("*") if p.is_file() and p.suffix in {".json", ".safetensors", ".bin", ".txt"}
+    ):
         digest.update(str(file.relative_to(path)).encode())
         with file.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 22), b""):

@@ -65,15 +65,29 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def batches(n_pairs: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
-    """`steps` batches of pair indices: shuffled epochs, each pair once per epoch."""
+def batches(lengths: Sequence[int], batch_size: int, steps: int, seed: int, group: int = 32) -> list[list[int]]:
+    """`steps` length-grouped batches of pair indices.
+
+    Each epoch is a fresh permutation cut into windows of `group` batches; a window is
+    sorted by length before it is cut into batches (little padding), and the batches of
+    the epoch are shuffled. Every pair appears at most once per epoch, so at most once
+    per batch.
+    """
+    n_pairs = len(lengths)
     if n_pairs < batch_size:
-        raise ValueError(f"the snapshot has {n_pairs} pairs, fewer than one batch of {batch_size}: lower train.batch_size")
+        raise ValueError(
+            f"the snapshot has {n_pairs} pairs, fewer than one batch of {batch_size}: lower train.batch_size"
+        )
     rng = np.random.default_rng(seed)
     out: list[list[int]] = []
+    usable = n_pairs - n_pairs % batch_size
     while len(out) < steps:
-        order = rng.permutation(n_pairs)
-        out.extend(order[i : i + batch_size].tolist() for i in range(0, n_pairs - batch_size + 1, batch_size))
+        order = rng.permutation(n_pairs)[:usable]
+        epoch: list[list[int]] = []
+        for start in range(0, usable, batch_size * group):
+            window = sorted(order[start : start + batch_size * group].tolist(), key=lambda i: lengths[i])
+            epoch.extend(window[i : i + batch_size] for i in range(0, len(window), batch_size))
+        out.extend(epoch[i] for i in rng.permutation(len(epoch)))
     return out[:steps]
 
 
@@ -107,7 +121,8 @@ def train_bsl(
     )
     model.train()
     losses: list[float] = []
-    for step, index in enumerate(batches(len(pairs), config.batch_size, config.steps, config.seed), start=1):
+    lengths = [len(a) + len(b) for a, b in pairs]
+    for step, index in enumerate(batches(lengths, config.batch_size, config.steps, config.seed), start=1):
         texts = [pairs[i][0] for i in index] + [pairs[i][1] for i in index]
         batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
         batch = {k: v.to(config.device) for k, v in batch.items()}
@@ -142,7 +157,8 @@ def export(sentence_model, out_dir: Path, manifest: dict) -> None:
     lines = [
         f"# {out_dir.name}",
         "",
-        f"Trained by viewmill with {manifest['train_config']['objective'].upper()} from `{manifest.get('base_model')}`.",
+        f"Trained by viewmill with {manifest['train_config']['objective'].upper()} "
+        f"from `{manifest.get('base_model')}`.",
         "",
         f"- recipe: `{manifest.get('recipe')}`",
         f"- pairs snapshot: `{manifest.get('snapshot')}`",

@@ -1,0 +1,61 @@
+import pytest
+
+from augment.ingest import CorpusError, ingest
+
+
+def _ingest(files, **overrides):
+    options = dict(
+        corpus="c", fmt="text", lang="en", detokenize=False, min_words=2, max_words=10, limit=None, run_id="r"
+    )
+    options.update(overrides)
+    return ingest(files, **options)
+
+
+def test_normalises_deduplicates_and_filters_by_length(tmp_path):
+    f = tmp_path / "a.txt"
+    f.write_text("A  cafe\u0301 is open.\nA caf\u00e9 is open.\n\nToo short\nHi\n" + "w " * 11 + "\n", encoding="utf-8")
+    table, stats = _ingest([f], min_words=3)
+    assert table["text"].to_pylist() == ["A caf\u00e9 is open."]
+    assert (stats.duplicates, stats.blank, stats.too_short, stats.too_long) == (1, 1, 2, 1)
+    assert table["origin"][0].as_py() == {"file": str(f), "row": 1, "pair_id": None, "nli_label": None}
+
+
+def test_senteval_layout_detokenises_and_keeps_labels_and_pair_ids(tmp_path):
+    (tmp_path / "s1.dev").write_text("Two women are hugging .\nA man ca n't sleep .\n", encoding="utf-8")
+    (tmp_path / "labels.dev").write_text("entailment\nneutral\n", encoding="utf-8")
+    table, _ = _ingest([tmp_path / "s1.dev"], fmt="senteval", detokenize=True)
+    assert table["text"].to_pylist() == ["Two women are hugging.", "A man can't sleep."]
+    origins = table["origin"].to_pylist()
+    assert [o["nli_label"] for o in origins] == ["entailment", "neutral"]
+    assert [o["pair_id"] for o in origins] == ["dev:1", "dev:2"]
+    assert table["split"].to_pylist() == ["dev", "dev"]
+
+
+def test_limit_counts_kept_sentences(tmp_path):
+    f = tmp_path / "a.txt"
+    f.write_text("".join(f"sentence number {i}\n" for i in range(10)), encoding="utf-8")
+    table, _ = _ingest([f], limit=4)
+    assert table.num_rows == 4
+
+
+def test_non_utf8_line_is_named_with_file_and_line(tmp_path):
+    f = tmp_path / "latin.txt"
+    f.write_bytes(b"first good line\nsecond good line\ncaf\xe9 au lait\n")
+    with pytest.raises(CorpusError, match=r"latin.txt:3: not valid UTF-8.*iconv"):
+        _ingest([f])
+
+
+def test_missing_file_and_empty_corpus_name_the_fix(tmp_path):
+    with pytest.raises(CorpusError, match="corpus file not found: .*nope.txt.*corpus.files"):
+        _ingest([tmp_path / "nope.txt"])
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \nhi\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match="is empty.*2 blank.*1 shorter"):
+        _ingest([empty])
+
+
+def test_label_file_of_wrong_length_is_reported(tmp_path):
+    (tmp_path / "s1.test").write_text("one two three\nfour five six\n", encoding="utf-8")
+    (tmp_path / "labels.test").write_text("neutral\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match="labels.test has 1 lines but .*s1.test has 2"):
+        _ingest([tmp_path / "s1.test"], fmt="senteval")

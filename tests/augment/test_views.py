@@ -1,0 +1,97 @@
+from typing import ClassVar
+
+import pyarrow as pa
+import pytest
+
+import augment.views as views_module
+from augment.engines import ApertiumEngine, EngineError
+from augment.quality import FilterSpec
+from augment.views import BackTranslation, back_translate
+from storage.ids import sentence_id
+from storage.lake import Lake
+from storage.schema import SENTENCES
+from tests.conftest import SENTENCES as TEXTS
+from tests.conftest import needs_apertium
+
+pytestmark = needs_apertium
+SPEC = BackTranslation(name="bt_es", path=["en", "es", "en"])
+
+
+def _lake_with_corpus(tmp_path, texts=TEXTS) -> Lake:
+    lake = Lake(tmp_path / "lake")
+    rows = [{"corpus": "c", "sentence_id": sentence_id(t), "text": t, "lang": "en"} for t in texts]
+    lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
+    return lake
+
+
+class CountingEngine:
+    """The real Apertium engine, counting what it is asked, optionally failing on call N."""
+
+    calls: ClassVar[list[int]] = []
+    fail_on_call: ClassVar[int | None] = None
+
+    def __init__(self, src, tgt):
+        self.inner = ApertiumEngine(src, tgt)
+        self.name, self.model, self.revision = self.inner.name, self.inner.model, self.inner.revision
+
+    def translate(self, texts, src, tgt, decoding):
+        CountingEngine.calls.append(len(texts))
+        if CountingEngine.fail_on_call == len(CountingEngine.calls):
+            raise EngineError("simulated crash mid-run")
+        return self.inner.translate(texts, src, tgt, decoding)
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    CountingEngine.calls, CountingEngine.fail_on_call = [], None
+    monkeypatch.setattr(views_module, "make_engine", lambda engine, src, tgt: CountingEngine(src, tgt))
+    return CountingEngine
+
+
+def test_every_sentence_gets_one_view_with_provenance_and_quality(tmp_path):
+    with _lake_with_corpus(tmp_path) as lake:
+        report = back_translate(lake, "c", SPEC, FilterSpec(), run_id="r1")
+        assert (report.sentences, report.new_views, report.kept + report.rejected) == (20, 20, 20)
+        assert report.cache.misses == 2 * 20 - report.cache.hits  # two legs
+        views = lake.arrow("SELECT * FROM views").to_pylist()
+        assert len({v["sentence_id"] for v in views}) == 20
+        first = views[0]
+        assert first["path"] == "en>es>en" and first["method"] == "backtranslation"
+        assert first["provenance"]["engines"] == ["apertium", "apertium"]
+        assert len(first["provenance"]["cache_keys"]) == 2
+        assert 0 <= first["quality"]["chrf_to_source"] <= 100
+        keys = lake.scalar("SELECT count(DISTINCT cache_key) FROM translations")
+        assert keys == lake.scalar("SELECT count(*) FROM translations")
+
+
+def test_rerun_translates_nothing_and_new_filters_reuse_the_translation_cache(tmp_path, counting):
+    with _lake_with_corpus(tmp_path) as lake:
+        back_translate(lake, "c", SPEC, FilterSpec(), run_id="r1")
+        translated = sum(counting.calls)
+        again = back_translate(lake, "c", SPEC, FilterSpec(), run_id="r2")
+        assert (again.new_views, again.reused_views, sum(counting.calls)) == (0, 20, translated)
+        strict = back_translate(lake, "c", SPEC, FilterSpec(min_chrf=99), run_id="r3")
+        assert strict.new_views == 20 and strict.cache.misses == 0 and sum(counting.calls) == translated
+        assert strict.rejected >= 15  # almost no round trip is a near copy
+
+
+def test_a_run_killed_mid_way_resumes_without_losing_or_repeating_work(tmp_path, counting):
+    with _lake_with_corpus(tmp_path) as lake:
+        counting.fail_on_call = 3  # chunk 1 fully done (2 legs), chunk 2 dies on its first leg
+        with pytest.raises(EngineError, match="simulated"):
+            back_translate(lake, "c", SPEC, FilterSpec(), run_id="r1", chunk_size=8)
+        assert lake.scalar("SELECT count(*) FROM views") == 8
+        before = lake.arrow("SELECT view_id, text FROM views ORDER BY view_id").to_pylist()
+        counting.fail_on_call, counting.calls = None, []
+        report = back_translate(lake, "c", SPEC, FilterSpec(), run_id="r2", chunk_size=8)
+        assert report.reused_views == 8 and report.new_views == 12
+        assert sum(counting.calls) <= 2 * 12  # only the 12 unfinished sentences are translated
+        assert lake.scalar("SELECT count(*) FROM views") == 20
+        assert lake.scalar("SELECT count(DISTINCT sentence_id) FROM views") == 20
+        kept = lake.arrow("SELECT view_id, text FROM views WHERE run_id = 'r1' ORDER BY view_id").to_pylist()
+        assert kept == before
+
+
+def test_round_trip_must_return_to_its_source_language():
+    with pytest.raises(ValueError, match="must end in its source language"):
+        BackTranslation(name="x", path=["en", "es", "ca"])

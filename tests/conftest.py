@@ -1,0 +1,135 @@
+"""Shared fixtures: tiny real-architecture models built locally, small corpora, real Apertium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+SENTENCES = [
+    "A man is playing a guitar on the street.",
+    "Two dogs are running through a field.",
+    "A woman is cutting vegetables in the kitchen.",
+    "The children are playing football in the park.",
+    "A group of people are sitting at a table.",
+    "A girl is riding a bicycle down the road.",
+    "An old man is reading a newspaper.",
+    "The cat is sleeping on the sofa.",
+    "A boy is jumping into a swimming pool.",
+    "Two women are talking in a cafe.",
+    "A man is climbing a high mountain.",
+    "The dog is catching a red ball.",
+    "A child is eating an apple.",
+    "People are walking along the beach.",
+    "A woman is singing on a stage.",
+    "The men are working on a house.",
+    "A small bird is sitting on a branch.",
+    "A chef is cooking in a restaurant.",
+    "Students are listening to a teacher.",
+    "A couple is dancing at a wedding.",
+]
+
+needs_apertium = pytest.mark.skipif(
+    shutil.which("apertium") is None, reason="Apertium is not installed (the quick start installs it with apt-get)"
+)
+
+
+def shared_data(*parts: str) -> Path:
+    """A file under ../shared/data, or skip the test with the reason."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"needs {path} (the shared evaluation data is not on this machine)")
+    return path
+
+
+def build_tiny_sentence_model(out: Path, texts: list[str], seed: int = 0) -> Path:
+    """A random-weight BERT sentence-transformers model (mean pooling) with a WordPiece
+    vocabulary written from `texts`: the real architecture at a size tests can train."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    torch.manual_seed(seed)
+    words = sorted({w.strip(".,!?").lower() for t in texts for w in t.split()} | set(".,!?'"))
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    hf_dir = out / "hf"
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    (hf_dir / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizerFast(vocab_file=str(hf_dir / "vocab.txt"), do_lower_case=True)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    BertModel(config).save_pretrained(hf_dir)
+    tokenizer.save_pretrained(hf_dir)
+    transformer = Transformer(str(hf_dir), max_seq_length=64)
+    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
+    model_dir = out / "sentence-model"
+    SentenceTransformer(modules=[transformer, pooling], device="cpu").save(str(model_dir))
+    return model_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    extra = ["a", "the", "is", "are", "un", "el", "la", "una", "in", "on"]
+    return build_tiny_sentence_model(tmp_path_factory.mktemp("tiny-model"), [*SENTENCES, " ".join(extra)])
+
+
+def write_sts_fixture(path: Path) -> Path:
+    """A small STS-B-format file (extra trailing column on one line, as the real file has)."""
+    rows = [
+        ("5.0", SENTENCES[0], "A man plays a guitar on the street."),
+        ("0.5", SENTENCES[1], SENTENCES[7]),
+        ("3.8", SENTENCES[2], "A woman is chopping vegetables."),
+        ("1.0", SENTENCES[3], SENTENCES[10]),
+        ("4.2", SENTENCES[4], "Some people sit at a table."),
+        ("0.0", SENTENCES[5], SENTENCES[17]),
+    ]
+    lines = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{score}\t{a}\t{b}" for i, (score, a, b) in enumerate(rows)]
+    lines[2] += "\textra-source-column"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_recipe(tmp_path, tiny_model) -> Path:
+    """A complete recipe over 20 sentences, real Apertium, the tiny model and an STS fixture."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n\n" + SENTENCES[0] + "\n", encoding="utf-8")
+    sts = write_sts_fixture(tmp_path / "sts.csv")
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(
+        f"""
+name: tiny
+corpus: {{format: text, files: [{corpus.name}], min_words: 3}}
+augmenters:
+  - {{name: bt_es, method: backtranslation, engine: apertium, path: [en, es, en]}}
+  - {{name: bt_ca, method: backtranslation, engine: apertium, path: [en, ca, en]}}
+filters: {{min_chrf: 0, max_length_ratio: 3.0}}
+pair: {{view_a: bt_es, view_b: bt_ca}}
+train:
+  encoder: {tiny_model}
+  steps: 4
+  predictor_warmup_steps: 1
+  batch_size: 8
+  predictor_k: 2
+  encoder_lr: 1.0e-3
+evaluate:
+  tasks: [{{name: sts-fixture, format: stsb, path: {sts.name}}}]
+""",
+        encoding="utf-8",
+    )
+    return recipe

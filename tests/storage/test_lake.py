@@ -1,0 +1,65 @@
+import pyarrow as pa
+import pytest
+
+from storage.lake import Lake, LakeError
+from storage.schema import EVALS
+
+
+def _eval_rows(values):
+    return pa.Table.from_pylist(
+        [{"model": "m", "task": t, "metric": "spearman", "value": v, "n": 3} for t, v in values],
+        schema=EVALS,
+    )
+
+
+def test_tables_are_created_with_their_declared_schema(tmp_path):
+    with Lake(tmp_path / "lake") as lake:
+        columns = lake.arrow("SELECT column_name, data_type FROM information_schema.columns WHERE table_name='views'")
+        types = dict(zip(columns["column_name"].to_pylist(), columns["data_type"].to_pylist(), strict=True))
+    assert types["quality"].startswith("STRUCT(length_ratio DOUBLE")
+    assert types["provenance"].startswith("STRUCT(engines VARCHAR[]")
+
+
+def test_append_with_unique_keys_skips_existing_and_repeated_rows(tmp_path):
+    with Lake(tmp_path / "lake") as lake:
+        assert lake.append("evals", _eval_rows([("a", 1.0), ("b", 2.0), ("b", 2.0)]), unique_on=("model", "task")) == 2
+        assert lake.append("evals", _eval_rows([("a", 9.0), ("c", 3.0)]), unique_on=("model", "task")) == 1
+        assert lake.arrow("SELECT task, value FROM evals ORDER BY task").to_pylist() == [
+            {"task": "a", "value": 1.0},
+            {"task": "b", "value": 2.0},
+            {"task": "c", "value": 3.0},
+        ]
+
+
+def test_failed_transaction_leaves_nothing_behind(tmp_path):
+    with Lake(tmp_path / "lake") as lake:
+        version = lake.version()
+        with pytest.raises(RuntimeError), lake.transaction():
+            lake.append("evals", _eval_rows([("a", 1.0)]))
+            raise RuntimeError("stage failed")
+        assert lake.scalar("SELECT count(*) FROM evals") == 0
+        assert lake.version() == version
+
+
+def test_data_is_plain_parquet_readable_without_the_catalog(tmp_path):
+    import duckdb
+
+    with Lake(tmp_path / "lake") as lake:
+        lake.append("evals", _eval_rows([("a", 1.0)]))
+    files = list((tmp_path / "lake" / "data").rglob("*.parquet"))
+    assert files, "committed rows must land in Parquet files"
+    assert duckdb.sql(f"SELECT value FROM read_parquet('{files[0]}')").fetchall() == [(1.0,)]
+
+
+def test_read_only_lake_sees_committed_rows_and_refuses_writes(tmp_path):
+    with Lake(tmp_path / "lake") as lake:
+        lake.append("evals", _eval_rows([("a", 1.0)]))
+    with Lake(tmp_path / "lake", read_only=True) as reader:
+        assert reader.scalar("SELECT count(*) FROM evals") == 1
+        with pytest.raises(Exception, match="read-only|read only"):
+            reader.con.execute("DELETE FROM evals")
+
+
+def test_missing_lake_read_only_names_the_fix(tmp_path):
+    with pytest.raises(LakeError, match="viewmill run"):
+        Lake(tmp_path / "nowhere", read_only=True)
