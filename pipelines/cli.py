@@ -21,8 +21,9 @@ from train.evaluate import EvalDataError
 app = typer.Typer(help="viewmill: augmented view pairs for sentence-embedding learning.", no_args_is_help=True)
 lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True)
 app.add_typer(lake_app, name="lake")
-console = Console()
-err_console = Console(stderr=True)
+# Piped output is not cut to 80 columns: lake ids and texts must survive `| less` and logs.
+console = Console(width=None if sys.stdout.isatty() else 240)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
 USER_ERRORS = (RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError)
 StateDir = Annotated[

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Prefect reads its settings at import: keep its home out of the user's and telemetry off.
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="viewmill-prefect-")
+os.environ["DO_NOT_TRACK"] = "1"
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.pop("PREFECT_API_URL", None)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# viewmill quick start. Installs what is missing, then:
+#   ./quickstart.sh demo   runs recipes/demo.yaml end to end (embedded default: no hub, no GPU, no server)
+#   ./quickstart.sh test   runs the linter and the test suite
+# System packages come from apt-get, Python packages go into ./.venv; both steps are
+# skipped when already done, so a second call starts at once.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+usage() { echo "usage: ./quickstart.sh demo|test [extra arguments for viewmill run / pytest]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+command=$1; shift
+case "$command" in demo|test) ;; *) usage ;; esac
+
+SYSTEM_PACKAGES=(apertium apertium-eng-spa apertium-eng-cat)
+
+install_system_packages() {
+  local missing=()
+  for package in "${SYSTEM_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "==> apt-get install ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+install_python_packages() {
+  local python=${PYTHON:-python3}
+  if [ ! -x .venv/bin/python ]; then
+    echo "==> creating .venv with $($python --version)"
+    "$python" -m venv .venv
+  fi
+  local stamp=.venv/.viewmill-installed want
+  want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "==> pip install (pinned by constraints.txt)"
+    # torch first and on its own: the CPU build, so no other package pulls a CUDA one.
+    .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
+    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]"
+    echo "$want" > "$stamp"
+  fi
+}
+
+install_system_packages
+install_python_packages
+export DO_NOT_TRACK=1 TOKENIZERS_PARALLELISM=false
+
+case "$command" in
+  demo) exec .venv/bin/viewmill run recipes/demo.yaml "$@" ;;
+  test)
+    .venv/bin/ruff check .
+    exec .venv/bin/python -m pytest -q "$@" ;;
+esac

@@ -1,0 +1,42 @@
+"""The recipe as a Prefect flow on Prefect's test server: every stage is a task run."""
+
+import pytest
+
+from storage.lake import Lake
+from tests.conftest import needs_apertium
+
+pytestmark = [needs_apertium, pytest.mark.slow]
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+def test_recipe_flow_runs_every_stage_as_a_task(tmp_path, tiny_recipe, prefect_server):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from pipelines.flows import recipe_flow
+
+    state_dir = tmp_path / "state"
+    state = recipe_flow(str(tiny_recipe), str(state_dir), return_state=True)
+    assert state.is_completed(), state
+    summary = state.result()
+    assert summary["snapshot"]["n_pairs"] > 10
+
+    async def task_names() -> list[str]:
+        async with get_client() as client:
+            runs = await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+            )
+            return sorted(run.name.rsplit("-", 1)[0] for run in runs)
+
+    assert asyncio.run(task_names()) == ["augment", "augment", "evaluate", "ingest", "pair", "preflight", "train"]
+    with Lake(state_dir / "lake", read_only=True) as lake:
+        assert lake.scalar("SELECT flow FROM runs") == "prefect:viewmill-recipe"

@@ -1,0 +1,54 @@
+from pathlib import Path
+
+import pytest
+
+from pipelines.recipe import RecipeError, load_recipe
+
+DEMO = Path(__file__).resolve().parents[2] / "recipes" / "demo.yaml"
+
+
+def test_demo_recipe_is_valid_and_its_paths_resolve():
+    recipe = load_recipe(DEMO)
+    assert [a.path_label for a in recipe.augmenters] == ["en>es>en", "en>ca>en"]
+    assert all(f.is_file() for f in recipe.corpus.files)
+    assert all(t.path.is_file() for t in recipe.evaluate.tasks)
+    assert recipe.train.encoder == "embedded:all-MiniLM-L6-v2"
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "r.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+BASE = """
+name: r
+corpus: {files: [c.txt]}
+augmenters: [{name: a, path: [en, es, en]}, {name: b, path: [en, ca, en]}]
+pair: {view_a: a, view_b: b}
+"""
+
+
+def test_misspelt_field_is_named_with_the_fix(tmp_path):
+    with pytest.raises(RecipeError) as err:
+        load_recipe(_write(tmp_path, BASE + "train: {stpes: 10}\n"))
+    assert "train.stpes: unknown field; remove it or fix its spelling" in str(err.value)
+
+
+def test_pair_must_name_two_augmenters(tmp_path):
+    with pytest.raises(RecipeError, match="pair.view_b 'c' is not an augmenter name"):
+        load_recipe(_write(tmp_path, BASE.replace("view_b: b", "view_b: c")))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("name: [unclosed", "not valid YAML"), ("- a list", "must be a YAML mapping"), ("name: r\n", "corpus: required")],
+)
+def test_broken_recipes_get_one_clear_message(tmp_path, text, message):
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(_write(tmp_path, text))
+
+
+def test_missing_recipe_suggests_the_demo(tmp_path):
+    with pytest.raises(RecipeError, match="try recipes/demo.yaml"):
+        load_recipe(tmp_path / "nope.yaml")

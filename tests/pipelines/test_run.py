@@ -1,0 +1,90 @@
+"""The whole recipe through the plain stage functions: real Apertium, real DuckLake, tiny model."""
+
+import shutil
+
+import pytest
+
+from augment.engines import EngineError
+from augment.ingest import CorpusError
+from pipelines.recipe import load_recipe
+from pipelines.stages import RunContext, run_recipe
+from pipelines.state import StatePaths
+from storage.lake import Lake
+from tests.conftest import needs_apertium
+
+pytestmark = needs_apertium
+
+
+def test_full_run_fills_every_table_and_a_rerun_reuses_everything(tmp_path, tiny_recipe):
+    state = StatePaths(tmp_path / "state")
+    first = run_recipe(RunContext(load_recipe(tiny_recipe), state))
+    assert first["ingest"]["sentences"] == 20 and first["ingest"]["duplicates"] == 1
+    assert {r["new_views"] for r in first["augment"].values()} == {20}
+    assert first["snapshot"]["created"] and first["snapshot"]["n_pairs"] > 10
+    assert not first["train"]["reused"]
+    assert [e["model"] for e in first["evals"]] == ["untrained", "trained"]
+
+    with Lake(state.lake, read_only=True) as lake:
+        counts = {t: lake.scalar(f"SELECT count(*) FROM {t}") for t in ("sentences", "views", "pairs", "models")}
+        assert counts == {"sentences": 20, "views": 40, "pairs": first["snapshot"]["n_pairs"], "models": 1}
+        assert lake.scalar("SELECT count(*) FROM translations") == lake.scalar(
+            "SELECT count(DISTINCT cache_key) FROM translations"
+        )
+        run = lake.arrow("SELECT status, flow, counts FROM runs").to_pylist()
+        assert run[0]["status"] == "succeeded" and '"pairs":' in run[0]["counts"]
+        assert lake.scalar("SELECT count(*) FROM evals") == 2
+        translations = lake.scalar("SELECT count(*) FROM translations")
+
+    second = run_recipe(RunContext(load_recipe(tiny_recipe), state))
+    assert all(r["new_views"] == 0 and r["reused_views"] == 20 for r in second["augment"].values())
+    assert all(r["cache"]["misses"] == 0 for r in second["augment"].values())
+    assert not second["snapshot"]["created"] and second["snapshot"]["name"] == first["snapshot"]["name"]
+    assert second["train"]["reused"] and all(e["reused"] for e in second["evals"])
+    assert [e["value"] for e in second["evals"]] == [e["value"] for e in first["evals"]]
+    with Lake(state.lake, read_only=True) as lake:
+        assert lake.scalar("SELECT count(*) FROM translations") == translations
+        assert lake.scalar("SELECT count(*) FROM runs WHERE status = 'succeeded'") == 2
+
+
+@pytest.mark.parametrize("problem", ["not_utf8", "empty", "missing", "no_apertium_pair"])
+def test_bad_input_fails_before_the_lake_is_touched(tmp_path, tiny_recipe, problem):
+    corpus = tiny_recipe.parent / "corpus.txt"
+    expected: type[Exception] = CorpusError
+    if problem == "not_utf8":
+        corpus.write_bytes(corpus.read_bytes() + b"caf\xe9 au lait ok\n")
+    elif problem == "empty":
+        corpus.write_text("\n\n", encoding="utf-8")
+    elif problem == "missing":
+        corpus.unlink()
+    else:
+        tiny_recipe.write_text(tiny_recipe.read_text().replace("[en, ca, en]", "[en, fr, en]"))
+        expected = EngineError
+    state = StatePaths(tmp_path / "state")
+    with pytest.raises(expected):
+        run_recipe(RunContext(load_recipe(tiny_recipe), state))
+    assert not state.lake.exists()
+
+
+def test_apertium_missing_is_reported_with_the_install_command(tmp_path, tiny_recipe, monkeypatch):
+    import augment.engines as engines
+
+    engines.apertium_modes.cache_clear()
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    try:
+        with pytest.raises(EngineError, match="Apertium is not installed: apt-get install apertium"):
+            run_recipe(RunContext(load_recipe(tiny_recipe), StatePaths(tmp_path / "state")))
+    finally:
+        engines.apertium_modes.cache_clear()
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_failing_stage_is_recorded_as_a_failed_run(tmp_path, tiny_recipe):
+    recipe = load_recipe(tiny_recipe)
+    recipe.train.batch_size = 64  # more than the 20 pairs: training refuses
+    state = StatePaths(tmp_path / "state")
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        run_recipe(RunContext(recipe, state))
+    with Lake(state.lake, read_only=True) as lake:
+        run = lake.arrow("SELECT status, error FROM runs").to_pylist()
+        assert run[0]["status"] == "failed" and "fewer than one batch" in run[0]["error"]
+        assert lake.scalar("SELECT count(*) FROM snapshots") == 1  # finished stages stay committed
