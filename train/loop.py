@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from storage.ids import fingerprint
 from train.bsl import BSL
 from train.encoder import load_sentence_model
 
@@ -174,3 +175,9 @@ def export(sentence_model, out_dir: Path, manifest: dict) -> None:
 
 def is_complete_model(path: Path) -> bool:
     return (path / MANIFEST).is_file()
+
+
+def training_code_fingerprint() -> str:
+    """Hash of the training code itself, so a changed trainer never reuses an old model."""
+    here = Path(__file__).parent
+    return fingerprint(*((here / name).read_text(encoding="utf-8") for name in ("bsl.py", "loop.py")))

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tests.conftest import SENTENCES, shared_data, write_sts_fixture
+from tests.conftest import REPO, SENTENCES, write_sts_fixture
 from train.encoder import EncoderError, encoder_fingerprint, load_sentence_model, resolve_encoder
 from train.evaluate import Embedder, EvalDataError, load_sick, load_stsb, spearman_x100
 
@@ -69,8 +69,9 @@ def test_encoder_references_resolve_with_clear_errors(tmp_path, tiny_model):
 @pytest.mark.slow
 def test_reproduces_published_minilm_figures_on_stsb_and_sick():
     """all-MiniLM-L6-v2: 82.03 on STS-B test, 77.15 on SentEval's SICK-R test split (4,927 pairs)."""
-    stsb = load_stsb(shared_data("stsbenchmark", "sts-test.csv"))
-    sick = load_sick(shared_data("sick", "SICK_test_annotated.txt"))
+    vendored = REPO / "recipes" / "data"  # unchanged copies of ../shared/data files
+    stsb = load_stsb(vendored / "stsbenchmark" / "sts-test.csv")
+    sick = load_sick(vendored / "sick" / "SICK_test_annotated.txt")
     embed = Embedder(load_sentence_model(resolve_encoder("embedded:all-MiniLM-L6-v2")))
     assert len(stsb.gold) == 1379 and len(sick.gold) == 4927
     assert spearman_x100(embed, stsb) == pytest.approx(82.03, abs=0.1)
