@@ -18,7 +18,6 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("PREFECT_API_URL", None)
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 SENTENCES = [
     "A man is playing a guitar on the street.",
@@ -46,14 +45,6 @@ SENTENCES = [
 needs_apertium = pytest.mark.skipif(
     shutil.which("apertium") is None, reason="Apertium is not installed (the quick start installs it with apt-get)"
 )
-
-
-def shared_data(*parts: str) -> Path:
-    """A file under ../shared/data, or skip the test with the reason."""
-    path = SHARED_DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"needs {path} (the shared evaluation data is not on this machine)")
-    return path
 
 
 def build_tiny_sentence_model(out: Path, texts: list[str], seed: int = 0) -> Path:

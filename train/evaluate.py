@@ -57,7 +57,7 @@ def load_stsb(path: Path) -> StsData:
             raise EvalDataError(f"{path}:{line_no}: score '{cols[4]}' is not a number") from None
         s1.append(cols[5])
         s2.append(cols[6])
-    return StsData(s1, s2, np.asarray(gold), f"STS-B file {path.name}, all {len(gold)} pairs")
+    return StsData(s1, s2, np.asarray(gold), f"all {len(gold)} pairs of {path.name}")
 
 
 def load_sick(path: Path) -> StsData:
@@ -70,7 +70,8 @@ def load_sick(path: Path) -> StsData:
         [r["sentence_A"] for r in rows],
         [r["sentence_B"] for r in rows],
         np.asarray([float(r["relatedness_score"]) for r in rows]),
-        f"SICK-R file {path.name} ({len(rows)} pairs; SentEval's test split when this is SICK_test_annotated)",
+        f"all {len(rows)} pairs of {path.name}"
+        + (" (SentEval's SICK-R test split; MTEB's SICK-R uses all 9,927 pairs)" if len(rows) == 4927 else ""),
     )
 
 

@@ -63,3 +63,33 @@ def test_read_only_lake_sees_committed_rows_and_refuses_writes(tmp_path):
 def test_missing_lake_read_only_names_the_fix(tmp_path):
     with pytest.raises(LakeError, match="viewmill run"):
         Lake(tmp_path / "nowhere", read_only=True)
+
+
+def test_a_lake_held_by_a_running_writer_gives_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    Lake(tmp_path / "lake").close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+            import sys, time
+            from storage.lake import Lake
+            lake = Lake({str(tmp_path / "lake")!r})
+            print("open", flush=True)
+            time.sleep(60)
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(LakeError, match="locked by another process"):
+            Lake(tmp_path / "lake", read_only=True)
+    finally:
+        holder.kill()
+        holder.wait()
