@@ -45,9 +45,12 @@ def run(
     ] = True,
 ) -> None:
     """Run a recipe end to end: ingest, augment, pair, train, evaluate."""
+    from transformers.utils import logging as hf_logging
+
     from pipelines import stages
     from pipelines.report import render_summary
 
+    hf_logging.disable_progress_bar()  # viewmill's own bars say what is happening
     state = StatePaths.resolve(state_dir)
     try:
         parsed = load_recipe(recipe)
