@@ -6,6 +6,7 @@ import importlib.metadata
 import subprocess
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from augment.views import back_translate
 from pipelines.progress import progress_bar
 from pipelines.recipe import Recipe
 from pipelines.state import StatePaths
-from storage.ids import canonical_json, fingerprint
+from storage.ids import canonical_json, file_hash, fingerprint
 from storage.lake import Lake
 from storage.schema import EVALS, MODELS, RUNS
 from storage.snapshots import create_pairs_snapshot, read_pairs
@@ -142,13 +143,16 @@ def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[s
     spec = ctx.recipe.evaluate
     assert spec is not None
     results: list[dict[str, Any]] = []
+    data_hashes = defaultdict(str, {task.name: file_hash(task.path) for task in spec.tasks})
     for entry in models:
         with ctx.lake() as lake:
             stored = lake.arrow(
-                "SELECT task, value, n, convention FROM evals WHERE model = ? AND metric = 'spearman_cosine_x100'",
+                "SELECT task, value, n, convention, data_hash FROM evals "
+                "WHERE model = ? AND metric = 'spearman_cosine_x100'",
                 [entry["model_id"]],
             )
-        done = {row["task"]: row for row in stored.to_pylist()}
+        # A result is reused only for the same model, task name and the same data file bytes.
+        done = {row["task"]: row for row in stored.to_pylist() if row["data_hash"] == data_hashes[row["task"]]}
         todo = [task for task in spec.tasks if task.name not in done]
         new_rows = []
         if todo:
@@ -162,6 +166,7 @@ def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[s
                         "value": value,
                         "n": len(data.gold),
                         "convention": data.convention,
+                        "data_hash": data_hashes[task.name],
                     }
                     new_rows.append(
                         {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from pathlib import Path
 from typing import Any
 
 import xxhash
@@ -20,6 +21,14 @@ def text_hash(text: str) -> str:
 
 def sentence_id(text: str) -> str:
     return text_hash(normalize_text(text))
+
+
+def file_hash(path: Path) -> str:
+    digest = xxhash.xxh3_128()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def canonical_json(value: Any) -> str:

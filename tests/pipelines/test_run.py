@@ -88,3 +88,12 @@ def test_a_failing_stage_is_recorded_as_a_failed_run(tmp_path, tiny_recipe):
         run = lake.arrow("SELECT status, error FROM runs").to_pylist()
         assert run[0]["status"] == "failed" and "fewer than one batch" in run[0]["error"]
         assert lake.scalar("SELECT count(*) FROM snapshots") == 1  # finished stages stay committed
+
+
+def test_changed_evaluation_data_is_evaluated_again(tmp_path, tiny_recipe):
+    state = StatePaths(tmp_path / "state")
+    run_recipe(RunContext(load_recipe(tiny_recipe), state))
+    sts = tiny_recipe.parent / "sts.csv"
+    sts.write_text(sts.read_text() + "main-captions\tMSRvid\t2012test\t0099\t2.0\tA cat.\tA dog sat.\n")
+    again = run_recipe(RunContext(load_recipe(tiny_recipe), state))
+    assert not any(e["reused"] for e in again["evals"]) and {e["n"] for e in again["evals"]} == {7}
