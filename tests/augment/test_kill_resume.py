@@ -1,0 +1,84 @@
+"""An augment run killed with SIGKILL part-way resumes without losing or repeating work."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+
+from augment.quality import FilterSpec
+from augment.views import BackTranslation, back_translate
+from storage.ids import sentence_id
+from storage.lake import Lake
+from storage.schema import SENTENCES
+from tests.conftest import REPO, needs_apertium
+from tests.conftest import SENTENCES as TEXTS
+
+pytestmark = needs_apertium
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import augment.views as views
+    from augment.engines import ApertiumEngine
+    from augment.quality import FilterSpec
+    from augment.views import BackTranslation, back_translate
+    from storage.lake import Lake
+
+    class SlowApertium(ApertiumEngine):
+        def translate(self, texts, src, tgt, decoding):
+            time.sleep(0.3)  # slow enough for the parent to kill between chunks
+            return super().translate(texts, src, tgt, decoding)
+
+    views.make_engine = lambda engine, src, tgt: SlowApertium(src, tgt)
+    with Lake(sys.argv[1]) as lake:
+        back_translate(lake, "c", BackTranslation(name="bt", path=["en", "es", "en"]), FilterSpec(),
+                       run_id="killed", chunk_size=4,
+                       on_progress=lambda done, total: print(done, flush=True))
+    print("finished", flush=True)
+    """
+)
+
+
+def test_sigkill_mid_run_then_rerun_gives_every_view_once_and_keeps_earlier_work(tmp_path):
+    lake_dir = tmp_path / "lake"
+    with Lake(lake_dir) as lake:
+        rows = [{"corpus": "c", "sentence_id": sentence_id(t), "text": t, "lang": "en"} for t in TEXTS]
+        lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(lake_dir)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    for line in child.stdout:
+        if line.strip().isdigit() and int(line) >= 8:  # two chunks committed, more to come
+            child.send_signal(signal.SIGKILL)
+            break
+    child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+    with Lake(lake_dir) as lake:
+        views_before = lake.arrow("SELECT view_id, sentence_id, text FROM views ORDER BY view_id").to_pylist()
+        translations_before = lake.arrow("SELECT cache_key, text FROM translations ORDER BY cache_key").to_pylist()
+        assert 8 <= len(views_before) < 20, "the kill must land part-way through"
+
+        report = back_translate(
+            lake, "c", BackTranslation(name="bt", path=["en", "es", "en"]), FilterSpec(), run_id="resumed", chunk_size=4
+        )
+        assert report.reused_views == len(views_before)
+        assert report.new_views == 20 - len(views_before)
+        # Only sentences without a view were sent to the engine: at most 2 legs for each.
+        assert report.cache.misses <= 2 * report.new_views
+
+        views_after = lake.arrow("SELECT view_id, sentence_id, text FROM views ORDER BY view_id").to_pylist()
+        assert len(views_after) == 20 and len({v["sentence_id"] for v in views_after}) == 20
+        assert all(v in views_after for v in views_before)
+        translations_after = lake.arrow("SELECT cache_key, text FROM translations ORDER BY cache_key").to_pylist()
+        assert all(t in translations_after for t in translations_before)
+        assert len({t["cache_key"] for t in translations_after}) == len(translations_after)
+        assert lake.scalar("SELECT count(*) FROM translations WHERE run_id = 'killed'") == len(translations_before)
