@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -86,64 +88,69 @@ def back_translate(
     run resumes where it stopped and never writes a view twice.
     `on_progress(done, total)` is called after each chunk.
     """
-    legs = list(zip(spec.path, spec.path[1:], strict=False))
-    engines = [make_engine(spec.engine, src, tgt) for src, tgt in legs]
+    engines = [make_engine(spec.engine, src, tgt) for src, tgt in itertools.pairwise(spec.path)]
     config_hash = fingerprint(spec.model_dump(), filters.model_dump(), [(e.name, e.model, e.revision) for e in engines])
-    todo = pending_sentences(lake, corpus, config_hash)
-    total = lake.scalar("SELECT count(*) FROM sentences WHERE corpus = ?", [corpus])
-    report = AugmentReport(spec.name, config_hash, sentences=total, reused_views=total - len(todo))
-    if on_progress is not None:
-        on_progress(0, len(todo))
-    for start in range(0, len(todo), chunk_size):
-        chunk = todo[start : start + chunk_size]
-        texts = [text for _, text in chunk]
-        steps: list[list[tuple[str, str]]] = []  # per leg: (hypothesis, cache key) per sentence
-        for engine, (src, tgt) in zip(engines, legs, strict=True):
-            translated, stats = translate_cached(lake, engine, texts, src, tgt, spec.decoding, run_id=run_id)
-            report.cache.add(stats)
-            steps.append([translated[t] for t in texts])
-            texts = [hyp for hyp, _ in steps[-1]]
-        rows = []
-        for i, (sid, source) in enumerate(chunk):
-            view = texts[i]
-            quality = quality_signals(source, view)
-            reason = reject_reason(view, quality, filters)
-            rows.append(
-                {
-                    "view_id": fingerprint(sid, config_hash),
-                    "sentence_id": sid,
-                    "augmenter": spec.name,
-                    "config_hash": config_hash,
-                    "method": spec.method,
-                    "path": spec.path_label,
-                    "text": view,
-                    "lang": spec.path[-1],
-                    "provenance": {
-                        "engines": [e.name for e in engines],
-                        "models": [f"{e.model}@{e.revision}" for e in engines],
-                        "decoding": spec.decoding.canonical(),
-                        "cache_keys": [step[i][1] for step in steps],
-                    },
-                    "quality": asdict(quality),
-                    "status": "rejected" if reason else "kept",
-                    "reject_reason": reason,
-                    "run_id": run_id,
-                }
-            )
-        with lake.transaction():
-            report.new_views += lake.append("views", pa.Table.from_pylist(rows, schema=VIEWS), unique_on=("view_id",))
+    with contextlib.ExitStack() as stack:
+        for engine in engines:
+            stack.callback(engine.close)
+        legs = list(itertools.pairwise(spec.path))
+        todo = pending_sentences(lake, corpus, config_hash)
+        total = lake.scalar("SELECT count(*) FROM sentences WHERE corpus = ?", [corpus])
+        report = AugmentReport(spec.name, config_hash, sentences=total, reused_views=total - len(todo))
         if on_progress is not None:
-            on_progress(min(start + chunk_size, len(todo)), len(todo))
-    totals = lake.arrow(
-        """
-        SELECT coalesce(v.reject_reason, 'kept') AS reason, count(*) AS n
-        FROM views v JOIN sentences s ON s.sentence_id = v.sentence_id AND s.corpus = ?
-        WHERE v.config_hash = ? GROUP BY ALL
-        """,
-        [corpus, config_hash],
-    ).to_pylist()
-    reasons = {row["reason"]: row["n"] for row in totals}
-    report.kept = reasons.pop("kept", 0)
-    report.rejected = sum(reasons.values())
-    report.reasons = reasons
-    return report
+            on_progress(0, len(todo))
+        for start in range(0, len(todo), chunk_size):
+            chunk = todo[start : start + chunk_size]
+            texts = [text for _, text in chunk]
+            steps: list[list[tuple[str, str]]] = []  # per leg: (hypothesis, cache key) per sentence
+            for engine, (src, tgt) in zip(engines, legs, strict=True):
+                translated, stats = translate_cached(lake, engine, texts, src, tgt, spec.decoding, run_id=run_id)
+                report.cache.add(stats)
+                steps.append([translated[t] for t in texts])
+                texts = [hyp for hyp, _ in steps[-1]]
+            rows = []
+            for i, (sid, source) in enumerate(chunk):
+                view = texts[i]
+                quality = quality_signals(source, view)
+                reason = reject_reason(view, quality, filters)
+                rows.append(
+                    {
+                        "view_id": fingerprint(sid, config_hash),
+                        "sentence_id": sid,
+                        "augmenter": spec.name,
+                        "config_hash": config_hash,
+                        "method": spec.method,
+                        "path": spec.path_label,
+                        "text": view,
+                        "lang": spec.path[-1],
+                        "provenance": {
+                            "engines": [e.name for e in engines],
+                            "models": [f"{e.model}@{e.revision}" for e in engines],
+                            "decoding": spec.decoding.canonical(),
+                            "cache_keys": [step[i][1] for step in steps],
+                        },
+                        "quality": asdict(quality),
+                        "status": "rejected" if reason else "kept",
+                        "reject_reason": reason,
+                        "run_id": run_id,
+                    }
+                )
+            with lake.transaction():
+                report.new_views += lake.append(
+                    "views", pa.Table.from_pylist(rows, schema=VIEWS), unique_on=("view_id",)
+                )
+            if on_progress is not None:
+                on_progress(min(start + chunk_size, len(todo)), len(todo))
+        totals = lake.arrow(
+            """
+            SELECT coalesce(v.reject_reason, 'kept') AS reason, count(*) AS n
+            FROM views v JOIN sentences s ON s.sentence_id = v.sentence_id AND s.corpus = ?
+            WHERE v.config_hash = ? GROUP BY ALL
+            """,
+            [corpus, config_hash],
+        ).to_pylist()
+        reasons = {row["reason"]: row["n"] for row in totals}
+        report.kept = reasons.pop("kept", 0)
+        report.rejected = sum(reasons.values())
+        report.reasons = reasons
+        return report

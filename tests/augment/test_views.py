@@ -40,6 +40,9 @@ class CountingEngine:
             raise EngineError("simulated crash mid-run")
         return self.inner.translate(texts, src, tgt, decoding)
 
+    def close(self):
+        self.inner.close()
+
 
 @pytest.fixture
 def counting(monkeypatch):
