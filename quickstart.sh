@@ -12,7 +12,7 @@ usage() { echo "usage: ./quickstart.sh demo|test [extra arguments for viewmill r
 command=$1; shift
 case "$command" in demo|test) ;; *) usage ;; esac
 
-SYSTEM_PACKAGES=(apertium apertium-eng-spa apertium-eng-cat)
+SYSTEM_PACKAGES=(apertium apertium-eng-spa apertium-eng-cat wordnet-base)
 
 install_system_packages() {
   local missing=()

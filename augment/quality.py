@@ -53,10 +53,15 @@ class FilterSpec(BaseModel):
     max_repeated_ngram: int = Field(1, ge=0)
 
 
-def reject_reason(view: str, quality: Quality, spec: FilterSpec) -> str | None:
-    """The first filter a view fails, as a short machine-readable reason; None if kept."""
+def reject_reason(view: str, quality: Quality, spec: FilterSpec, method: str = "backtranslation") -> str | None:
+    """The first filter a view fails, as a short machine-readable reason; None if kept.
+
+    Identity views are the source by definition, so only the emptiness check applies.
+    """
     if not view.strip():
         return "empty"
+    if method == "identity":
+        return None
     if spec.reject_identical and quality.identical_to_source:
         return "identical_to_source"
     if quality.length_ratio < spec.min_length_ratio:

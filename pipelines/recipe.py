@@ -8,8 +8,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from augment.augmenters import AugmenterSpec
 from augment.quality import FilterSpec
-from augment.views import BackTranslation
 from storage.ids import canonical_json, fingerprint
 from train.evaluate import StsTask
 from train.loop import BSLConfig
@@ -56,7 +56,7 @@ class Recipe(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     corpus: CorpusSpec
-    augmenters: list[BackTranslation] = Field(min_length=1)
+    augmenters: list[AugmenterSpec] = Field(min_length=1)
     filters: FilterSpec = FilterSpec()
     pair: PairSpec
     train: TrainSpec | None = None
@@ -80,7 +80,7 @@ class Recipe(BaseModel):
     def corpus_name(self) -> str:
         return self.corpus.name or self.name
 
-    def augmenter(self, name: str) -> BackTranslation:
+    def augmenter(self, name: str) -> AugmenterSpec:
         return next(a for a in self.augmenters if a.name == name)
 
     def content_hash(self) -> str:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from augment.engines import make_engine
+from augment.augmenters import make_producer
 from augment.ingest import IngestStats, ingest
-from augment.views import back_translate
+from augment.views import make_views
 from pipelines.progress import progress_bar
 from pipelines.recipe import Recipe
 from pipelines.state import StatePaths
@@ -53,8 +53,7 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
     recipe = ctx.recipe
     _, stats = _read_corpus(ctx)
     for spec in recipe.augmenters:
-        for src, tgt in zip(spec.path, spec.path[1:], strict=False):
-            make_engine(spec.engine, src, tgt)
+        make_producer(spec).close()  # engines, language directions, WordNet
     if recipe.evaluate is not None:
         for task in recipe.evaluate.tasks:
             LOADERS[task.format](task.path)
@@ -87,7 +86,7 @@ def ingest_stage(ctx: RunContext) -> dict[str, Any]:
 def augment_stage(ctx: RunContext, augmenter: str) -> dict[str, Any]:
     spec = ctx.recipe.augmenter(augmenter)
     with ctx.lake() as lake, progress_bar(f"augment {spec.name} ({spec.path_label})") as advance:
-        report = back_translate(
+        report = make_views(
             lake, ctx.recipe.corpus_name, spec, ctx.recipe.filters, run_id=ctx.run_id, on_progress=advance
         )
     return report.as_dict()

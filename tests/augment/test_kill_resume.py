@@ -8,8 +8,9 @@ import textwrap
 
 import pyarrow as pa
 
+from augment.augmenters import BackTranslation
 from augment.quality import FilterSpec
-from augment.views import BackTranslation, back_translate
+from augment.views import make_views
 from storage.ids import sentence_id
 from storage.lake import Lake
 from storage.schema import SENTENCES
@@ -21,10 +22,11 @@ pytestmark = needs_apertium
 CHILD = textwrap.dedent(
     """
     import sys, time
-    import augment.views as views
+    import augment.augmenters as augmenters
     from augment.engines import ApertiumEngine
     from augment.quality import FilterSpec
-    from augment.views import BackTranslation, back_translate
+    from augment.augmenters import BackTranslation
+    from augment.views import make_views
     from storage.lake import Lake
 
     class SlowApertium(ApertiumEngine):
@@ -32,9 +34,9 @@ CHILD = textwrap.dedent(
             time.sleep(0.3)  # slow enough for the parent to kill between chunks
             return super().translate(texts, src, tgt, decoding)
 
-    views.make_engine = lambda engine, src, tgt: SlowApertium(src, tgt)
+    augmenters.make_engine = lambda engine, src, tgt: SlowApertium(src, tgt)
     with Lake(sys.argv[1]) as lake:
-        back_translate(lake, "c", BackTranslation(name="bt", path=["en", "es", "en"]), FilterSpec(),
+        make_views(lake, "c", BackTranslation(name="bt", path=["en", "es", "en"]), FilterSpec(),
                        run_id="killed", chunk_size=4,
                        on_progress=lambda done, total: print(done, flush=True))
     print("finished", flush=True)
@@ -67,7 +69,7 @@ def test_sigkill_mid_run_then_rerun_gives_every_view_once_and_keeps_earlier_work
         translations_before = lake.arrow("SELECT cache_key, text FROM translations ORDER BY cache_key").to_pylist()
         assert 8 <= len(views_before) < 20, "the kill must land part-way through"
 
-        report = back_translate(
+        report = make_views(
             lake, "c", BackTranslation(name="bt", path=["en", "es", "en"]), FilterSpec(), run_id="resumed", chunk_size=4
         )
         assert report.reused_views == len(views_before)

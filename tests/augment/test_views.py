@@ -3,10 +3,11 @@ from typing import ClassVar
 import pyarrow as pa
 import pytest
 
-import augment.views as views_module
+import augment.augmenters as augmenters_module
+from augment.augmenters import BackTranslation
 from augment.engines import ApertiumEngine, EngineError
 from augment.quality import FilterSpec
-from augment.views import BackTranslation, back_translate
+from augment.views import make_views
 from storage.ids import sentence_id
 from storage.lake import Lake
 from storage.schema import SENTENCES
@@ -47,13 +48,13 @@ class CountingEngine:
 @pytest.fixture
 def counting(monkeypatch):
     CountingEngine.calls, CountingEngine.fail_on_call = [], None
-    monkeypatch.setattr(views_module, "make_engine", lambda engine, src, tgt: CountingEngine(src, tgt))
+    monkeypatch.setattr(augmenters_module, "make_engine", lambda engine, src, tgt: CountingEngine(src, tgt))
     return CountingEngine
 
 
 def test_every_sentence_gets_one_view_with_provenance_and_quality(tmp_path):
     with _lake_with_corpus(tmp_path) as lake:
-        report = back_translate(lake, "c", SPEC, FilterSpec(), run_id="r1")
+        report = make_views(lake, "c", SPEC, FilterSpec(), run_id="r1")
         assert (report.sentences, report.new_views, report.kept + report.rejected) == (20, 20, 20)
         assert report.cache.misses == 2 * 20 - report.cache.hits  # two legs
         views = lake.arrow("SELECT * FROM views").to_pylist()
@@ -69,11 +70,11 @@ def test_every_sentence_gets_one_view_with_provenance_and_quality(tmp_path):
 
 def test_rerun_translates_nothing_and_new_filters_reuse_the_translation_cache(tmp_path, counting):
     with _lake_with_corpus(tmp_path) as lake:
-        back_translate(lake, "c", SPEC, FilterSpec(), run_id="r1")
+        make_views(lake, "c", SPEC, FilterSpec(), run_id="r1")
         translated = sum(counting.calls)
-        again = back_translate(lake, "c", SPEC, FilterSpec(), run_id="r2")
+        again = make_views(lake, "c", SPEC, FilterSpec(), run_id="r2")
         assert (again.new_views, again.reused_views, sum(counting.calls)) == (0, 20, translated)
-        strict = back_translate(lake, "c", SPEC, FilterSpec(min_chrf=99), run_id="r3")
+        strict = make_views(lake, "c", SPEC, FilterSpec(min_chrf=99), run_id="r3")
         assert strict.new_views == 20 and strict.cache.misses == 0 and sum(counting.calls) == translated
         assert strict.rejected >= 15  # almost no round trip is a near copy
 
@@ -82,11 +83,11 @@ def test_a_run_killed_mid_way_resumes_without_losing_or_repeating_work(tmp_path,
     with _lake_with_corpus(tmp_path) as lake:
         counting.fail_on_call = 3  # chunk 1 fully done (2 legs), chunk 2 dies on its first leg
         with pytest.raises(EngineError, match="simulated"):
-            back_translate(lake, "c", SPEC, FilterSpec(), run_id="r1", chunk_size=8)
+            make_views(lake, "c", SPEC, FilterSpec(), run_id="r1", chunk_size=8)
         assert lake.scalar("SELECT count(*) FROM views") == 8
         before = lake.arrow("SELECT view_id, text FROM views ORDER BY view_id").to_pylist()
         counting.fail_on_call, counting.calls = None, []
-        report = back_translate(lake, "c", SPEC, FilterSpec(), run_id="r2", chunk_size=8)
+        report = make_views(lake, "c", SPEC, FilterSpec(), run_id="r2", chunk_size=8)
         assert report.reused_views == 8 and report.new_views == 12
         assert sum(counting.calls) <= 2 * 12  # only the 12 unfinished sentences are translated
         assert lake.scalar("SELECT count(*) FROM views") == 20
@@ -98,3 +99,27 @@ def test_a_run_killed_mid_way_resumes_without_losing_or_repeating_work(tmp_path,
 def test_round_trip_must_return_to_its_source_language():
     with pytest.raises(ValueError, match="must end in its source language"):
         BackTranslation(name="x", path=["en", "es", "ca"])
+
+
+def test_identity_and_synonym_augmenters_make_views_with_their_provenance(tmp_path):
+    from augment.augmenters import Identity, Synonym
+
+    with _lake_with_corpus(tmp_path) as lake:
+        identity = make_views(lake, "c", Identity(name="self"), FilterSpec(reject_identical=True), run_id="r")
+        assert identity.kept == 20 and identity.rejected == 0  # the identity view is the source by definition
+        synonym = make_views(lake, "c", Synonym(name="syn", ratio=0.3, seed=1), FilterSpec(), run_id="r")
+        assert synonym.new_views == 20
+        rows = lake.arrow(
+            "SELECT s.text AS source, v.text, v.provenance FROM views v JOIN sentences s USING (sentence_id) "
+            "WHERE v.augmenter = 'syn'"
+        ).to_pylist()
+        changed = [r for r in rows if r["text"] != r["source"]]
+        assert len(changed) >= 12, "most sentences have a replaceable content word"
+        assert all(r["provenance"]["engines"] == ["wordnet"] for r in rows)
+        assert all(r["provenance"]["models"][0].startswith("wordnet-3.0@") for r in rows)
+        # Per-sentence seeds: the same spec gives the same views however the corpus is chunked.
+        again = _lake_with_corpus(tmp_path / "again")
+        make_views(again, "c", Synonym(name="syn", ratio=0.3, seed=1), FilterSpec(), run_id="r", chunk_size=3)
+        query = "SELECT sentence_id, text FROM views WHERE augmenter = 'syn' ORDER BY ALL"
+        assert again.arrow(query).to_pylist() == lake.arrow(query).to_pylist()
+        again.close()
