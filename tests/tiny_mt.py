@@ -1,0 +1,116 @@
+"""Tiny random-weight translation models of the real architectures, built locally.
+
+FSMT (the transformers port of fairseq's WMT'19 models) with a character-level BPE
+vocabulary, and Marian (OPUS-MT) with a SentencePiece model trained on the spot.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+CHARS = string.ascii_letters + string.digits + ".,!?'-"
+
+
+def build_tiny_fsmt(out: Path, langs=("en", "de"), seed: int = 0) -> Path:
+    import torch
+    from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
+
+    torch.manual_seed(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for char in CHARS:  # no merges: every word is its characters, the last one marked </w>
+        vocab.setdefault(char, len(vocab))
+        vocab.setdefault(char + "</w>", len(vocab))
+    for side in ("src", "tgt"):
+        (out / f"vocab-{side}.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (out / "merges.txt").write_text("", encoding="utf-8")
+    tokenizer = FSMTTokenizer(
+        langs=list(langs),
+        src_vocab_file=str(out / "vocab-src.json"),
+        tgt_vocab_file=str(out / "vocab-tgt.json"),
+        merges_file=str(out / "merges.txt"),
+    )
+    config = FSMTConfig(
+        langs=list(langs),
+        src_vocab_size=len(vocab),
+        tgt_vocab_size=len(vocab),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        activation_function="relu",
+        scale_embedding=True,
+        tie_word_embeddings=False,
+        init_std=0.5,  # sharp logits: greedy choices are far from ties
+        num_beams=1,
+        dropout=0.0,
+    )
+    model = FSMTForConditionalGeneration(config).eval()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def build_tiny_marian(out: Path, corpus: list[str], seed: int = 0) -> Path:
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    torch.manual_seed(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    text_file = out / "spm-train.txt"
+    text_file.write_text("\n".join(corpus) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(text_file),
+        model_prefix=str(out / "spm"),
+        vocab_size=96,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        model_type="unigram",
+        bos_id=-1,
+        eos_id=-1,
+        unk_id=0,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    text_file.unlink()
+    for name in ("source.spm", "target.spm"):
+        (out / name).write_bytes((out / "spm.model").read_bytes())
+    processor = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    vocab = {"</s>": 0, "<unk>": 1}
+    for piece in pieces:
+        vocab.setdefault(piece, len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    for leftover in ("spm.model", "spm.vocab"):
+        (out / leftover).unlink()
+    tokenizer = MarianTokenizer(
+        source_spm=str(out / "source.spm"), target_spm=str(out / "target.spm"), vocab=str(out / "vocab.json")
+    )
+    config = MarianConfig(
+        vocab_size=len(vocab),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        pad_token_id=vocab["<pad>"],
+        eos_token_id=0,
+        decoder_start_token_id=vocab["<pad>"],
+        init_std=0.5,
+        num_beams=1,
+        dropout=0.0,
+    )
+    MarianMTModel(config).eval().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
