@@ -73,7 +73,7 @@ def _vocabulary(path: Path) -> list[str]:
     tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
     if [vocab[t] for t in tokens] != list(range(len(tokens))):
         raise ValueError(f"{path}: token ids are not 0..{len(tokens) - 1}")
-    return ["<blank>" if token == "<pad>" else token for token in tokens]
+    return tokens
 
 
 class FSMTConverter(Converter):
@@ -123,5 +123,5 @@ class FSMTConverter(Converter):
         spec.register_source_vocabulary(_vocabulary(base / files["src_vocab_file"]))
         spec.register_target_vocabulary(_vocabulary(base / files["tgt_vocab_file"]))
         spec.config.decoder_start_token = "</s>"  # FSMT's decoder_start_token_id is eos
-        spec.config.add_source_eos = True
+        spec.config.add_source_eos = False  # callers pass the tokenizer's ids, </s> included
         return spec

@@ -207,7 +207,26 @@ def _write_all(stream, data: bytes) -> None:
         stream.flush()
 
 
-def make_engine(engine: str, src: str, tgt: str) -> TranslationEngine:
+ENGINES = ("apertium", "hf", "ctranslate2")
+
+
+def make_engine(
+    engine: str,
+    src: str,
+    tgt: str,
+    model: str | None = None,
+    device: str = "cpu",
+    compute_type: str | None = None,
+) -> TranslationEngine:
+    """An engine for one direction. Neural engines need `model`: a hub id or a local directory."""
     if engine == "apertium":
         return ApertiumEngine(src, tgt)
-    raise EngineError(f"unknown engine '{engine}': available here: apertium")
+    if engine not in ENGINES:
+        raise EngineError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
+    if not model:
+        raise EngineError(f"engine '{engine}' needs a model for {src}>{tgt} (a hub id or a local directory)")
+    from augment.neural import CT2Engine, HFEngine
+
+    if engine == "hf":
+        return HFEngine(model, src, tgt, device=device)
+    return CT2Engine(model, src, tgt, device=device, compute_type=compute_type)

@@ -38,3 +38,14 @@ def canonical_json(value: Any) -> str:
 def fingerprint(*parts: Any) -> str:
     """Hash of any JSON-able parts; order matters, dict key order does not."""
     return xxhash.xxh3_128_hexdigest(canonical_json(list(parts)).encode("utf-8"))
+
+
+def dir_fingerprint(
+    path: Path, suffixes: frozenset[str] = frozenset({".json", ".safetensors", ".bin", ".txt", ".model", ".spm"})
+) -> str:
+    """Content hash of a model directory's weights, configs and vocabularies."""
+    digest = xxhash.xxh3_128()
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in suffixes):
+        digest.update(str(file.relative_to(path)).encode())
+        digest.update(file_hash(file).encode())
+    return digest.hexdigest()

