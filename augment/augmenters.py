@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from augment.cache import CacheStats, translate_cached
 from augment.engines import DecodingSpec, TranslationEngine, make_engine
@@ -17,16 +17,49 @@ from storage.lake import Lake
 NAME = Field(pattern=r"^[A-Za-z0-9_.-]+$")
 
 
-class BackTranslation(BaseModel):
-    """A round trip through one or more pivots, e.g. path [en, es, en] or [en, de, fr, en]."""
+class Translating(BaseModel):
+    """Engine settings shared by round trips and forward translation.
+
+    Neural engines take `model` (one multilingual model for every leg, e.g. M2M100 or NLLB)
+    or `models` (one per leg, e.g. facebook/wmt19-en-de then facebook/wmt19-de-en): hub
+    ids or local directories.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = NAME
-    method: Literal["backtranslation"] = "backtranslation"
-    engine: Literal["apertium"] = "apertium"
-    path: list[str] = Field(min_length=3)
+    engine: Literal["apertium", "hf", "ctranslate2"] = "apertium"
+    model: str | None = None
+    models: list[str] | None = None
+    device: str = "cpu"
+    compute_type: str | None = Field(None, description="ctranslate2 only: int8, float16, bfloat16, float32")
     decoding: DecodingSpec = DecodingSpec()
+
+    @property
+    def legs(self) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _models_fit_the_engine(self):
+        legs = len(self.legs)
+        if self.engine == "apertium" and (self.model or self.models):
+            raise ValueError("apertium takes no model: remove model/models or choose engine hf or ctranslate2")
+        if self.engine != "apertium":
+            if bool(self.model) == bool(self.models):
+                raise ValueError(f"engine {self.engine} needs either model (one for all legs) or models (one per leg)")
+            if self.models is not None and len(self.models) != legs:
+                raise ValueError(f"models has {len(self.models)} entries for {legs} translation legs")
+        return self
+
+    def model_for(self, leg: int) -> str | None:
+        return self.models[leg] if self.models else self.model
+
+
+class BackTranslation(Translating):
+    """A round trip through one or more pivots, e.g. path [en, es, en] or [en, de, fr, en]."""
+
+    method: Literal["backtranslation"] = "backtranslation"
+    path: list[str] = Field(min_length=3)
 
     @field_validator("path")
     @classmethod
@@ -36,8 +69,28 @@ class BackTranslation(BaseModel):
         return path
 
     @property
+    def legs(self) -> list[tuple[str, str]]:
+        return list(itertools.pairwise(self.path))
+
+    @property
     def path_label(self) -> str:
         return ">".join(self.path)
+
+
+class Forward(Translating):
+    """Forward translation into another language: the view is the translation itself."""
+
+    method: Literal["forward"] = "forward"
+    source: str = "en"
+    target: str
+
+    @property
+    def legs(self) -> list[tuple[str, str]]:
+        return [(self.source, self.target)]
+
+    @property
+    def path_label(self) -> str:
+        return f"{self.source}>{self.target}"
 
 
 class Identity(BaseModel):
@@ -77,12 +130,13 @@ def _method(value: Any) -> str:
 
 AugmenterSpec = Annotated[
     Annotated[BackTranslation, Tag("backtranslation")]
+    | Annotated[Forward, Tag("forward")]
     | Annotated[Identity, Tag("identity")]
     | Annotated[Synonym, Tag("synonym")],
     Discriminator(
         _method,
         custom_error_type="unknown_method",
-        custom_error_message="method must be one of backtranslation, identity, synonym",
+        custom_error_message="method must be one of backtranslation, forward, identity, synonym",
     ),
 ]
 
@@ -104,14 +158,18 @@ class Producer(Protocol):
     def close(self) -> None: ...
 
 
-class RoundTripProducer:
-    def __init__(self, spec: BackTranslation) -> None:
+class TranslationProducer:
+    """Chains the spec's legs: a round trip back to the source, or one forward leg."""
+
+    def __init__(self, spec: BackTranslation | Forward) -> None:
         self.spec = spec
-        self.lang = spec.path[-1]
-        self.legs = list(itertools.pairwise(spec.path))
+        self.legs = spec.legs
+        self.lang = self.legs[-1][1]
         self.engines: list[TranslationEngine] = []
         try:
-            self.engines.extend(make_engine(spec.engine, src, tgt) for src, tgt in self.legs)
+            for leg, (src, tgt) in enumerate(self.legs):
+                engine = make_engine(spec.engine, src, tgt, spec.model_for(leg), spec.device, spec.compute_type)
+                self.engines.append(engine)
         except BaseException:
             self.close()
             raise
@@ -179,9 +237,9 @@ class SynonymProducer:
         pass
 
 
-def make_producer(spec: BackTranslation | Identity | Synonym) -> Producer:
-    if isinstance(spec, BackTranslation):
-        return RoundTripProducer(spec)
+def make_producer(spec: BackTranslation | Forward | Identity | Synonym) -> Producer:
+    if isinstance(spec, BackTranslation | Forward):
+        return TranslationProducer(spec)
     if isinstance(spec, Synonym):
         return SynonymProducer(spec)
     return IdentityProducer(spec)

@@ -53,10 +53,20 @@ class Seq2SeqFamily:
         if self.kind == "fsmt" and list(self.config.langs) != [src, tgt]:
             raise EngineError(f"{self.ref} translates {'>'.join(self.config.langs)}, not {src}>{tgt}")
         for lang in (src, tgt):
-            if self.kind == "nllb" and NLLB_CODES.get(lang) not in self.tokenizer.get_vocab():
+            if self.kind == "nllb" and not self._known(NLLB_CODES.get(lang)):
                 raise EngineError(f"{self.ref}: no NLLB language code for '{lang}' (known: {sorted(NLLB_CODES)})")
-            if self.kind == "m2m100" and self.tokenizer.get_lang_token(lang) not in self.tokenizer.get_vocab():
+            if self.kind == "m2m100" and not self._known(self._m2m100_token(lang)):
                 raise EngineError(f"{self.ref}: M2M100 has no language '{lang}'")
+
+    def _m2m100_token(self, lang: str) -> str | None:
+        try:
+            return self.tokenizer.get_lang_token(lang)
+        except KeyError:
+            return None
+
+    def _known(self, token: str | None) -> bool:
+        # Language tokens are added tokens: get_vocab() may not list them, ids do.
+        return token is not None and self.tokenizer.convert_tokens_to_ids(token) != self.tokenizer.unk_token_id
 
     def set_source(self, src: str) -> None:
         if self.kind == "nllb":

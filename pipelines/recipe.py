@@ -33,10 +33,17 @@ class CorpusSpec(BaseModel):
 
 
 class PairSpec(BaseModel):
+    """view_a paired with view_b; a list for view_b pairs view_a with each of them (e.g. an
+    English sentence with each of its forward translations)."""
+
     model_config = ConfigDict(extra="forbid")
 
     view_a: str
-    view_b: str
+    view_b: str | list[str]
+
+    @property
+    def partners(self) -> list[str]:
+        return [self.view_b] if isinstance(self.view_b, str) else list(self.view_b)
 
 
 class TrainSpec(BSLConfig):
@@ -67,13 +74,11 @@ class Recipe(BaseModel):
         names = [a.name for a in self.augmenters]
         if len(set(names)) != len(names):
             raise ValueError(f"augmenter names must be unique, got {names}")
-        for side in ("view_a", "view_b"):
-            if getattr(self.pair, side) not in names:
-                raise ValueError(
-                    f"pair.{side} '{getattr(self.pair, side)}' is not an augmenter name ({', '.join(names)})"
-                )
-        if self.pair.view_a == self.pair.view_b:
-            raise ValueError("pair.view_a and pair.view_b must name two different augmenters")
+        for side, name in [("view_a", self.pair.view_a)] + [("view_b", b) for b in self.pair.partners]:
+            if name not in names:
+                raise ValueError(f"pair.{side} '{name}' is not an augmenter name ({', '.join(names)})")
+        if self.pair.view_a in self.pair.partners:
+            raise ValueError("pair.view_a and pair.view_b must name different augmenters")
         return self
 
     @property

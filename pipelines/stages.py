@@ -92,14 +92,14 @@ def augment_stage(ctx: RunContext, augmenter: str) -> dict[str, Any]:
     return report.as_dict()
 
 
-def pair_stage(ctx: RunContext, config_a: str, config_b: str) -> dict[str, Any]:
+def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str]) -> dict[str, Any]:
     with ctx.lake() as lake:
         snap = create_pairs_snapshot(
             lake,
             recipe=ctx.recipe.name,
             corpus=ctx.recipe.corpus_name,
             config_a=config_a,
-            config_b=config_b,
+            configs_b=configs_b,
             run_id=ctx.run_id,
         )
     return asdict(snap)
@@ -121,7 +121,15 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, 
     pairs = list(zip(table["text_a"].to_pylist(), table["text_b"].to_pylist(), strict=True))
     card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id}
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
-        report = train_bsl(pairs, base, spec, out_dir, card=card, on_step=lambda step, loss: advance(step, spec.steps))
+        report = train_bsl(
+            pairs,
+            base,
+            spec,
+            out_dir,
+            card=card,
+            keys=table["sentence_id"].to_pylist(),
+            on_step=lambda step, loss: advance(step, spec.steps),
+        )
     row = {
         "model_id": model_id,
         "path": str(out_dir),
@@ -270,13 +278,8 @@ def run_recipe(
         summary["ingest"] = timed("ingest", ingest_stage, ctx)
         summary["augment"] = {a.name: timed("augment", augment_stage, ctx, a.name) for a in ctx.recipe.augmenters}
         pair = ctx.recipe.pair
-        snap = timed(
-            "pair",
-            pair_stage,
-            ctx,
-            summary["augment"][pair.view_a]["config_hash"],
-            summary["augment"][pair.view_b]["config_hash"],
-        )
+        configs = {name: report["config_hash"] for name, report in summary["augment"].items()}
+        snap = timed("pair", pair_stage, ctx, configs[pair.view_a], [configs[b] for b in pair.partners])
         summary["snapshot"] = snap
         models = []
         if ctx.recipe.train is not None:

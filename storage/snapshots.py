@@ -21,30 +21,33 @@ class Snapshot:
     created: bool  # False when an identical snapshot already existed
 
 
-def _candidate_pairs(lake: Lake, corpus: str, config_a: str, config_b: str) -> pa.Table:
-    return lake.arrow(
-        """
-        SELECT a.sentence_id, a.view_id AS view_a_id, b.view_id AS view_b_id,
-               a.text AS text_a, b.text AS text_b, a.lang AS lang_a, b.lang AS lang_b
-        FROM sentences s
-        JOIN views a ON a.sentence_id = s.sentence_id AND a.config_hash = ? AND a.status = 'kept'
-        JOIN views b ON b.sentence_id = s.sentence_id AND b.config_hash = ? AND b.status = 'kept'
-        WHERE s.corpus = ?
-        ORDER BY a.sentence_id
-        """,
-        [config_a, config_b, corpus],
-    )
+def _candidate_pairs(lake: Lake, corpus: str, config_a: str, configs_b: list[str]) -> pa.Table:
+    with lake.with_keys("_partners", pa.table({"config_hash": configs_b})):
+        return lake.arrow(
+            """
+            SELECT a.sentence_id, a.view_id AS view_a_id, b.view_id AS view_b_id,
+                   a.text AS text_a, b.text AS text_b, a.lang AS lang_a, b.lang AS lang_b
+            FROM sentences s
+            JOIN views a ON a.sentence_id = s.sentence_id AND a.config_hash = ? AND a.status = 'kept'
+            JOIN views b ON b.sentence_id = s.sentence_id AND b.status = 'kept'
+                        AND b.config_hash IN (SELECT config_hash FROM _partners)
+            WHERE s.corpus = ?
+            ORDER BY a.sentence_id, b.view_id
+            """,
+            [config_a, corpus],
+        )
 
 
 def create_pairs_snapshot(
-    lake: Lake, *, recipe: str, corpus: str, config_a: str, config_b: str, run_id: str
+    lake: Lake, *, recipe: str, corpus: str, config_a: str, configs_b: list[str], run_id: str
 ) -> Snapshot:
-    """Pair the two augmenters' kept views of every corpus sentence into a named snapshot.
+    """Pair augmenter a's kept view of every corpus sentence with each kept view of the
+    augmenters in `configs_b`, as a named snapshot.
 
     The name is derived from the content, so the same pairs always give the same snapshot
     and an existing snapshot is never rewritten.
     """
-    pairs = _candidate_pairs(lake, corpus, config_a, config_b)
+    pairs = _candidate_pairs(lake, corpus, config_a, configs_b)
     if pairs.num_rows == 0:
         raise LakeError(
             f"no sentence of corpus '{corpus}' has kept views from both augmenters: "

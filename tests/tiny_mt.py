@@ -114,3 +114,68 @@ def build_tiny_marian(out: Path, corpus: list[str], seed: int = 0) -> Path:
     MarianMTModel(config).eval().save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def _train_spm(out: Path, corpus: list[str]) -> Path:
+    import sentencepiece as spm
+
+    text_file = out / "spm-train.txt"
+    text_file.write_text("\n".join(corpus) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(text_file),
+        model_prefix=str(out / "spm"),
+        vocab_size=96,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        bos_id=-1,
+        eos_id=-1,
+        pad_id=-1,
+        unk_id=0,
+        minloglevel=2,
+    )
+    text_file.unlink()
+    (out / "spm.vocab").unlink()
+    return out / "spm.model"
+
+
+def build_tiny_m2m100(out: Path, corpus: list[str], seed: int = 0) -> Path:
+    """M2M100 (multilingual: language tokens like __de__ force the target)."""
+    import sentencepiece as spm
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
+
+    torch.manual_seed(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    spm_file = _train_spm(out, corpus)
+    processor = spm.SentencePieceProcessor(model_file=str(spm_file))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for i in range(processor.get_piece_size()):
+        vocab.setdefault(processor.id_to_piece(i), len(vocab))
+    (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    base = M2M100Tokenizer(vocab_file=str(out / "vocab.json"), spm_file=str(spm_file), src_lang="en")
+    # Language tokens listed as additional special tokens in id order, as on the hub, so
+    # converters can rebuild the full vocabulary: base + languages + made-up words.
+    languages = sorted(base.lang_token_to_id, key=base.lang_token_to_id.get)
+    tokenizer = M2M100Tokenizer(
+        vocab_file=str(out / "vocab.json"),
+        spm_file=str(spm_file),
+        src_lang="en",
+        additional_special_tokens=languages,
+    )
+    config = M2M100Config(
+        vocab_size=len(vocab) + len(languages) + tokenizer.num_madeup_words,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        init_std=0.5,
+        dropout=0.0,
+        num_beams=1,
+    )
+    M2M100ForConditionalGeneration(config).eval().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -66,13 +66,16 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def batches(lengths: Sequence[int], batch_size: int, steps: int, seed: int, group: int = 32) -> list[list[int]]:
+def batches(
+    lengths: Sequence[int], batch_size: int, steps: int, seed: int, group: int = 32, keys: Sequence[str] | None = None
+) -> list[list[int]]:
     """`steps` length-grouped batches of pair indices.
 
     Each epoch is a fresh permutation cut into windows of `group` batches; a window is
     sorted by length before it is cut into batches (little padding), and the batches of
-    the epoch are shuffled. Every pair appears at most once per epoch, so at most once
-    per batch.
+    the epoch are shuffled. With `keys` (the pairs' sentence ids), no batch holds two pairs
+    of one sentence: it would be its own negative. Pairs that do not fit wait for the next
+    batch of the window; what is left at the end of an epoch is dropped.
     """
     n_pairs = len(lengths)
     if n_pairs < batch_size:
@@ -81,15 +84,37 @@ def batches(lengths: Sequence[int], batch_size: int, steps: int, seed: int, grou
         )
     rng = np.random.default_rng(seed)
     out: list[list[int]] = []
-    usable = n_pairs - n_pairs % batch_size
     while len(out) < steps:
-        order = rng.permutation(n_pairs)[:usable]
+        order = rng.permutation(n_pairs).tolist()
         epoch: list[list[int]] = []
-        for start in range(0, usable, batch_size * group):
-            window = sorted(order[start : start + batch_size * group].tolist(), key=lambda i: lengths[i])
-            epoch.extend(window[i : i + batch_size] for i in range(0, len(window), batch_size))
+        for start in range(0, n_pairs, batch_size * group):
+            window = sorted(order[start : start + batch_size * group], key=lambda i: lengths[i])
+            epoch.extend(_cut(window, batch_size, keys))
+        if not epoch:
+            raise ValueError(f"no batch of {batch_size} pairs with distinct sentences: lower train.batch_size")
         out.extend(epoch[i] for i in rng.permutation(len(epoch)))
     return out[:steps]
+
+
+def _cut(window: list[int], batch_size: int, keys: Sequence[str] | None) -> list[list[int]]:
+    cut: list[list[int]] = []
+    pending = window
+    while len(pending) >= batch_size:
+        batch: list[int] = []
+        seen: set = set()
+        rest: list[int] = []
+        for index in pending:
+            key = keys[index] if keys is not None else index
+            if len(batch) < batch_size and key not in seen:
+                batch.append(index)
+                seen.add(key)
+            else:
+                rest.append(index)
+        if len(batch) < batch_size:
+            break
+        cut.append(batch)
+        pending = rest
+    return cut
 
 
 def train_bsl(
@@ -99,9 +124,12 @@ def train_bsl(
     out_dir: Path,
     *,
     card: dict,
+    keys: Sequence[str] | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> TrainReport:
     """Fit BSL on (view a, view b) pairs starting from `base_model`; export to `out_dir`.
+
+    `keys` (sentence ids, one per pair) keep two pairs of one sentence out of a batch.
 
     The export is written to a temporary sibling and renamed into place, so `out_dir`
     either holds a complete model with its manifest or does not exist.
@@ -123,7 +151,8 @@ def train_bsl(
     model.train()
     losses: list[float] = []
     lengths = [len(a) + len(b) for a, b in pairs]
-    for step, index in enumerate(batches(lengths, config.batch_size, config.steps, config.seed), start=1):
+    plan = batches(lengths, config.batch_size, config.steps, config.seed, keys=keys)
+    for step, index in enumerate(plan, start=1):
         texts = [pairs[i][0] for i in index] + [pairs[i][1] for i in index]
         batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
         batch = {k: v.to(config.device) for k, v in batch.items()}

@@ -34,7 +34,7 @@ CHILD = textwrap.dedent(
             time.sleep(0.3)  # slow enough for the parent to kill between chunks
             return super().translate(texts, src, tgt, decoding)
 
-    augmenters.make_engine = lambda engine, src, tgt: SlowApertium(src, tgt)
+    augmenters.make_engine = lambda engine, src, tgt, *rest: SlowApertium(src, tgt)
     with Lake(sys.argv[1]) as lake:
         make_views(lake, "c", BackTranslation(name="bt", path=["en", "es", "en"]), FilterSpec(),
                        run_id="killed", chunk_size=4,

@@ -106,3 +106,19 @@ def test_length_batches_sort_and_respect_the_token_budget():
     assert sorted(i for b in batches for i in b) == list(range(6))
     assert all(max(lengths[i] for i in b) * len(b) <= 100 for b in batches)
     assert batches[0] == [0, 4, 2]
+
+
+def test_multilingual_forward_translation_forces_the_target_language(tmp_path):
+    from tests.tiny_mt import build_tiny_m2m100
+
+    model = str(build_tiny_m2m100(tmp_path / "m2m", SENTENCES * 3))
+    greedy = DecodingSpec(max_length_ratio=1.0)
+    outputs = {}
+    for tgt in ("de", "fr"):
+        hf = make_engine("hf", "en", tgt, model=model)
+        ct2 = make_engine("ctranslate2", "en", tgt, model=model, compute_type="float32")
+        outputs[tgt] = hf.translate(SENTENCES[:6], "en", tgt, greedy)
+        assert ct2.translate(SENTENCES[:6], "en", tgt, greedy) == outputs[tgt]
+    assert outputs["de"] != outputs["fr"], "the forced language token changes the output"
+    with pytest.raises(EngineError, match="M2M100 has no language 'xx'"):
+        make_engine("hf", "en", "xx", model=model)

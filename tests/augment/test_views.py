@@ -48,7 +48,7 @@ class CountingEngine:
 @pytest.fixture
 def counting(monkeypatch):
     CountingEngine.calls, CountingEngine.fail_on_call = [], None
-    monkeypatch.setattr(augmenters_module, "make_engine", lambda engine, src, tgt: CountingEngine(src, tgt))
+    monkeypatch.setattr(augmenters_module, "make_engine", lambda engine, src, tgt, *rest: CountingEngine(src, tgt))
     return CountingEngine
 
 

@@ -40,9 +40,9 @@ def _seed(lake: Lake, statuses_b: list[str]) -> None:
 def test_snapshot_pairs_kept_views_and_is_content_addressed(tmp_path):
     with Lake(tmp_path / "lake") as lake:
         _seed(lake, ["kept", "rejected", "kept"])
-        snap = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", config_b="hb", run_id="run1")
+        snap = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="run1")
         assert snap.created and snap.n_pairs == 2
-        again = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", config_b="hb", run_id="run2")
+        again = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="run2")
         assert not again.created and again.name == snap.name
         pairs = read_pairs(lake, snap.name)
         assert sorted(pairs["sentence_id"].to_pylist()) == ["s0", "s2"]
@@ -54,9 +54,9 @@ def test_snapshot_pairs_kept_views_and_is_content_addressed(tmp_path):
 def test_new_pairs_make_a_new_snapshot_and_leave_the_old_one_unchanged(tmp_path):
     with Lake(tmp_path / "lake") as lake:
         _seed(lake, ["kept", "rejected"])
-        first = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", config_b="hb", run_id="1")
+        first = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="1")
         lake.con.execute("UPDATE views SET status = 'kept'")  # e.g. relaxed filters
-        second = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", config_b="hb", run_id="2")
+        second = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="2")
         assert second.name != first.name
         assert read_pairs(lake, first.name).num_rows == 1
         assert read_pairs(lake, second.name).num_rows == 2
@@ -68,4 +68,4 @@ def test_unknown_snapshot_and_empty_pairing_give_clear_errors(tmp_path):
         with pytest.raises(LakeError, match="no pairs snapshot named 'nope'"):
             read_pairs(lake, "nope")
         with pytest.raises(LakeError, match="check the filters"):
-            create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", config_b="hb", run_id="1")
+            create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="1")

@@ -111,3 +111,12 @@ def test_batches_have_no_repeats_cover_each_epoch_and_group_lengths():
 def test_too_few_pairs_for_a_batch_is_a_clear_error():
     with pytest.raises(ValueError, match="fewer than one batch of 64"):
         batches([1] * 10, batch_size=64, steps=1, seed=0)
+
+
+def test_batches_never_hold_two_pairs_of_one_sentence():
+    # Each sentence paired with five translations: 40 sentences, 200 pairs.
+    keys = [f"s{i // 5}" for i in range(200)]
+    lengths = [len(k) * 3 + i % 7 for i, k in enumerate(keys)]
+    out = batches(lengths, batch_size=16, steps=30, seed=1, keys=keys)
+    assert len(out) == 30
+    assert all(len({keys[i] for i in b}) == len(b) == 16 for b in out)
