@@ -128,15 +128,34 @@ def _method(value: Any) -> str:
     return getattr(value, "method", "backtranslation")
 
 
+class MaskedLM(BaseModel):
+    """Mask about `ratio` of the tokens and fill them with a masked language model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = NAME
+    method: Literal["mlm"] = "mlm"
+    model: str = "roberta-base"
+    ratio: float = Field(0.2, gt=0, le=1)
+    seed: int = 0
+    device: str = "cpu"
+    batch_size: int = Field(32, ge=1)
+
+    @property
+    def path_label(self) -> str:
+        return "mlm"
+
+
 AugmenterSpec = Annotated[
     Annotated[BackTranslation, Tag("backtranslation")]
     | Annotated[Forward, Tag("forward")]
     | Annotated[Identity, Tag("identity")]
-    | Annotated[Synonym, Tag("synonym")],
+    | Annotated[Synonym, Tag("synonym")]
+    | Annotated[MaskedLM, Tag("mlm")],
     Discriminator(
         _method,
         custom_error_type="unknown_method",
-        custom_error_message="method must be one of backtranslation, forward, identity, synonym",
+        custom_error_message="method must be one of backtranslation, forward, identity, synonym, mlm",
     ),
 ]
 
@@ -237,9 +256,43 @@ class SynonymProducer:
         pass
 
 
-def make_producer(spec: BackTranslation | Forward | Identity | Synonym) -> Producer:
+class MaskedLMProducer:
+    lang = "en"
+
+    def __init__(self, spec: MaskedLM) -> None:
+        from augment.mlm import MaskedFiller
+
+        self.spec = spec
+        self.filler = MaskedFiller(spec.model, spec.device)
+        self.identity = self.filler.identity()
+
+    def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
+        views = []
+        for start in range(0, len(chunk), self.spec.batch_size):
+            part = chunk[start : start + self.spec.batch_size]
+            seeds = [int(fingerprint(self.spec.seed, sid)[:8], 16) for sid, _ in part]
+            for (text, replaced), seed in zip(
+                self.filler.fill([t for _, t in part], self.spec.ratio, seeds), seeds, strict=True
+            ):
+                decoding = f'{{"ratio":{self.spec.ratio},"replaced":{replaced},"seed":{seed}}}'
+                provenance = {
+                    "engines": ["mlm"],
+                    "models": [f"{self.identity[0]}@{self.identity[1]}"],
+                    "decoding": decoding,
+                    "cache_keys": [],
+                }
+                views.append(ProducedView(text, provenance))
+        return views
+
+    def close(self) -> None:
+        pass
+
+
+def make_producer(spec: BackTranslation | Forward | Identity | Synonym | MaskedLM) -> Producer:
     if isinstance(spec, BackTranslation | Forward):
         return TranslationProducer(spec)
+    if isinstance(spec, MaskedLM):
+        return MaskedLMProducer(spec)
     if isinstance(spec, Synonym):
         return SynonymProducer(spec)
     return IdentityProducer(spec)

@@ -61,7 +61,7 @@ def build_tiny_sentence_model(out: Path, texts: list[str], seed: int = 0) -> Pat
     hf_dir = out / "hf"
     hf_dir.mkdir(parents=True, exist_ok=True)
     (hf_dir / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tokenizer = BertTokenizerFast(vocab_file=str(hf_dir / "vocab.txt"), do_lower_case=True)
+    tokenizer = BertTokenizerFast(vocab=str(hf_dir / "vocab.txt"), do_lower_case=True)
     config = BertConfig(
         vocab_size=len(vocab),
         hidden_size=32,

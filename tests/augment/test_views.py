@@ -123,3 +123,43 @@ def test_identity_and_synonym_augmenters_make_views_with_their_provenance(tmp_pa
         query = "SELECT sentence_id, text FROM views WHERE augmenter = 'syn' ORDER BY ALL"
         assert again.arrow(query).to_pylist() == lake.arrow(query).to_pylist()
         again.close()
+
+
+def test_mlm_views_change_about_a_fifth_of_the_tokens(tmp_path):
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    from augment.augmenters import MaskedLM
+    from augment.engines import EngineError
+
+    torch.manual_seed(0)
+    words = sorted({w.strip(".,").lower() for t in TEXTS for w in t.split()} | {".", ","})
+    model_dir = tmp_path / "tiny-mlm"
+    model_dir.mkdir()
+    (model_dir / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    tokenizer = BertTokenizerFast(vocab=str(model_dir / "vocab.txt"))
+    config = BertConfig(vocab_size=len(words) + 5, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    BertForMaskedLM(config).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+
+    with _lake_with_corpus(tmp_path) as lake:
+        spec = MaskedLM(name="mlm", model=str(model_dir), ratio=0.2, seed=3)
+        report = make_views(lake, "c", spec, FilterSpec(min_length_ratio=0.0, max_length_ratio=5.0), run_id="r")
+        assert report.new_views == 20
+        rows = lake.arrow(
+            "SELECT s.text AS source, v.text, v.provenance.decoding AS decoding FROM views v "
+            "JOIN sentences s USING (sentence_id)"
+        ).to_pylist()
+    for row in rows:
+        source = tokenizer.tokenize(row["source"])
+        view = tokenizer.tokenize(row["text"])
+        assert row["text"] != row["source"]
+        changed = sum(a != b for a, b in zip(source, view, strict=False)) + abs(len(source) - len(view))
+        assert 1 <= changed <= max(1, round(0.2 * len(source))) + 1
+        assert '"ratio":0.2' in row["decoding"]
+    with pytest.raises(EngineError, match="not a masked language model"):
+        from tests.tiny_mt import build_tiny_fsmt
+
+        make_views(Lake(tmp_path / "other"), "c", MaskedLM(name="x", model=str(build_tiny_fsmt(tmp_path / "f"))),
+                   FilterSpec(), run_id="r")  # fmt: skip

@@ -76,3 +76,8 @@ def test_reproduces_published_minilm_figures_on_stsb_and_sick():
     assert len(stsb.gold) == 1379 and len(sick.gold) == 4927
     assert spearman_x100(embed, stsb) == pytest.approx(82.03, abs=0.1)
     assert spearman_x100(embed, sick) == pytest.approx(77.15, abs=0.1)
+
+
+def test_the_tiny_test_model_tokenises_its_words(tiny_model):
+    tokens = load_sentence_model(str(tiny_model)).tokenizer.tokenize(SENTENCES[0])
+    assert tokens and "[UNK]" not in tokens
