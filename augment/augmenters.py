@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 from augment.cache import CacheStats, translate_cached
 from augment.engines import DecodingSpec, TranslationEngine, make_engine
 from augment.synonym import replace_synonyms, wordnet, wordnet_revision
-from storage.ids import fingerprint
+from storage.ids import canonical_json, fingerprint
 from storage.lake import Lake
 
 NAME = Field(pattern=r"^[A-Za-z0-9_.-]+$")
@@ -230,6 +230,16 @@ class IdentityProducer:
         pass
 
 
+def sentence_seed(seed: int, sentence_id: str) -> int:
+    """Seeded per sentence, so a view does not depend on how the corpus was chunked."""
+    return int(fingerprint(seed, sentence_id)[:8], 16)
+
+
+def replacement_view(text: str, engine: str, model: str, ratio: float, replaced: int, seed: int) -> ProducedView:
+    decoding = canonical_json({"ratio": ratio, "replaced": replaced, "seed": seed})
+    return ProducedView(text, {"engines": [engine], "models": [model], "decoding": decoding, "cache_keys": []})
+
+
 class SynonymProducer:
     lang = "en"
 
@@ -241,15 +251,9 @@ class SynonymProducer:
     def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
         views = []
         for sid, text in chunk:
-            # Seeded per sentence, so a view does not depend on how the corpus was chunked.
-            seed = int(fingerprint(self.spec.seed, sid)[:8], 16)
+            seed = sentence_seed(self.spec.seed, sid)
             new_text, replaced = replace_synonyms(text, self.spec.ratio, seed)
-            decoding = f'{{"ratio":{self.spec.ratio},"replaced":{replaced},"seed":{seed}}}'
-            views.append(
-                ProducedView(
-                    new_text, {"engines": ["wordnet"], "models": self.identity, "decoding": decoding, "cache_keys": []}
-                )
-            )
+            views.append(replacement_view(new_text, "wordnet", self.identity[0], self.spec.ratio, replaced, seed))
         return views
 
     def close(self) -> None:
@@ -267,21 +271,14 @@ class MaskedLMProducer:
         self.identity = self.filler.identity()
 
     def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
+        model = "@".join(self.identity)
         views = []
         for start in range(0, len(chunk), self.spec.batch_size):
             part = chunk[start : start + self.spec.batch_size]
-            seeds = [int(fingerprint(self.spec.seed, sid)[:8], 16) for sid, _ in part]
-            for (text, replaced), seed in zip(
-                self.filler.fill([t for _, t in part], self.spec.ratio, seeds), seeds, strict=True
-            ):
-                decoding = f'{{"ratio":{self.spec.ratio},"replaced":{replaced},"seed":{seed}}}'
-                provenance = {
-                    "engines": ["mlm"],
-                    "models": [f"{self.identity[0]}@{self.identity[1]}"],
-                    "decoding": decoding,
-                    "cache_keys": [],
-                }
-                views.append(ProducedView(text, provenance))
+            seeds = [sentence_seed(self.spec.seed, sid) for sid, _ in part]
+            filled = self.filler.fill([text for _, text in part], self.spec.ratio, seeds)
+            for (text, replaced), seed in zip(filled, seeds, strict=True):
+                views.append(replacement_view(text, "mlm", model, self.spec.ratio, replaced, seed))
         return views
 
     def close(self) -> None:

@@ -11,6 +11,21 @@ import string
 from pathlib import Path
 
 CHARS = string.ascii_letters + string.digits + ".,!?'-"
+# Small but real: 2+2 layers, 4 heads. init_std 0.5 makes logits sharp, so greedy choices
+# are rarely near ties between engines.
+TINY = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=128,
+    init_std=0.5,
+    dropout=0.0,
+    num_beams=1,
+)
 
 
 def build_tiny_fsmt(out: Path, langs=("en", "de"), seed: int = 0) -> Path:
@@ -36,20 +51,10 @@ def build_tiny_fsmt(out: Path, langs=("en", "de"), seed: int = 0) -> Path:
         langs=list(langs),
         src_vocab_size=len(vocab),
         tgt_vocab_size=len(vocab),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=128,
         activation_function="relu",
         scale_embedding=True,
         tie_word_embeddings=False,
-        init_std=0.5,  # sharp logits: greedy choices are far from ties
-        num_beams=1,
-        dropout=0.0,
+        **TINY,
     )
     model = FSMTForConditionalGeneration(config).eval()
     model.save_pretrained(out)
@@ -64,52 +69,25 @@ def build_tiny_marian(out: Path, corpus: list[str], seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     out.mkdir(parents=True, exist_ok=True)
-    text_file = out / "spm-train.txt"
-    text_file.write_text("\n".join(corpus) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(text_file),
-        model_prefix=str(out / "spm"),
-        vocab_size=96,
-        hard_vocab_limit=False,
-        character_coverage=1.0,
-        model_type="unigram",
-        bos_id=-1,
-        eos_id=-1,
-        unk_id=0,
-        pad_id=-1,
-        minloglevel=2,
-    )
-    text_file.unlink()
+    spm_file = _train_spm(out, corpus)
     for name in ("source.spm", "target.spm"):
-        (out / name).write_bytes((out / "spm.model").read_bytes())
-    processor = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+        (out / name).write_bytes(spm_file.read_bytes())
+    processor = spm.SentencePieceProcessor(model_file=str(spm_file))
     vocab = {"</s>": 0, "<unk>": 1}
-    for piece in pieces:
-        vocab.setdefault(piece, len(vocab))
+    for i in range(processor.get_piece_size()):
+        vocab.setdefault(processor.id_to_piece(i), len(vocab))
     vocab["<pad>"] = len(vocab)
     (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    for leftover in ("spm.model", "spm.vocab"):
-        (out / leftover).unlink()
+    spm_file.unlink()
     tokenizer = MarianTokenizer(
         source_spm=str(out / "source.spm"), target_spm=str(out / "target.spm"), vocab=str(out / "vocab.json")
     )
     config = MarianConfig(
         vocab_size=len(vocab),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=128,
         pad_token_id=vocab["<pad>"],
         eos_token_id=0,
         decoder_start_token_id=vocab["<pad>"],
-        init_std=0.5,
-        num_beams=1,
-        dropout=0.0,
+        **TINY,
     )
     MarianMTModel(config).eval().save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -162,20 +140,7 @@ def build_tiny_m2m100(out: Path, corpus: list[str], seed: int = 0) -> Path:
         src_lang="en",
         additional_special_tokens=languages,
     )
-    config = M2M100Config(
-        vocab_size=len(vocab) + len(languages) + tokenizer.num_madeup_words,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=128,
-        init_std=0.5,
-        dropout=0.0,
-        num_beams=1,
-    )
+    config = M2M100Config(vocab_size=len(vocab) + len(languages) + tokenizer.num_madeup_words, **TINY)
     M2M100ForConditionalGeneration(config).eval().save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
