@@ -70,7 +70,12 @@ def apertium_modes() -> frozenset[str]:
     return frozenset(line.strip() for line in out.splitlines() if line.strip())
 
 
-def _debian_version(package: str) -> str:
+def user_cache_dir() -> Path:
+    """viewmill's cache for converted models and prepared data ($XDG_CACHE_HOME/viewmill)."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "viewmill"
+
+
+def debian_version(package: str) -> str:
     try:
         out = subprocess.run(
             ["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, check=False
@@ -78,6 +83,11 @@ def _debian_version(package: str) -> str:
     except FileNotFoundError:
         return "unknown"
     return out.stdout.strip() or "unknown"
+
+
+def apertium_package(codes: list[str]) -> str:
+    """Debian names language pairs with English first: apertium-eng-spa serves eng-spa and spa-eng."""
+    return "apertium-" + "-".join(sorted(codes, key=lambda c: c != "eng"))
 
 
 def apertium_mode_file(mode: str) -> Path:
@@ -106,10 +116,9 @@ class ApertiumEngine:
     def __init__(self, src: str, tgt: str) -> None:
         self.src, self.tgt = src, tgt
         self.mode = self.mode_for(src, tgt)
-        pair = sorted(self.mode.split("-"))
-        self.package = f"apertium-{'-'.join(sorted(pair, key=lambda c: c != 'eng'))}"
+        self.package = apertium_package(self.mode.split("-"))
         self.model = self.package
-        self.revision = _debian_version(self.package)
+        self.revision = debian_version(self.package)
         self._pipeline: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
 
@@ -120,9 +129,8 @@ class ApertiumEngine:
             raise EngineError(f"apertium: no language code known for {src}>{tgt}; use one of {sorted(APERTIUM_CODES)}")
         mode = f"{codes[0]}-{codes[1]}"
         if mode not in apertium_modes():
-            package = "apertium-" + "-".join(sorted(codes, key=lambda c: c != "eng"))
             raise EngineError(
-                f"apertium has no {src}>{tgt} direction ({mode}): apt-get install {package} "
+                f"apertium has no {src}>{tgt} direction ({mode}): apt-get install {apertium_package(codes)} "
                 f"(installed directions: {', '.join(sorted(apertium_modes()))})"
             )
         return mode

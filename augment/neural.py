@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from augment.engines import DecodingSpec, EngineError
+from augment.engines import DecodingSpec, EngineError, user_cache_dir
 from storage.ids import dir_fingerprint, fingerprint
 
 # ISO 639-1 -> FLORES-200 codes used by NLLB.
@@ -205,7 +205,7 @@ def _target_vocabulary(model_dir: Path) -> set[str]:
 
 
 def ct2_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "viewmill" / "ctranslate2"
+    return user_cache_dir() / "ctranslate2"
 
 
 def convert_to_ct2(ref: str, revision: str, model_type: str) -> Path:

@@ -6,10 +6,10 @@ import os
 import random
 import re
 import shutil
-import subprocess
 from functools import cache
 from pathlib import Path
 
+from augment.engines import debian_version, user_cache_dir
 from storage.ids import fingerprint
 
 WORDNET_FILES = Path(os.environ.get("VIEWMILL_WORDNET_DIR", "/usr/share/wordnet"))
@@ -31,11 +31,6 @@ class WordNetError(RuntimeError):
     """WordNet's files cannot be read; the message says how to install them."""
 
 
-def _debian_version() -> str:
-    out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "wordnet-base"], capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
-
-
 def _corpus_dir() -> Path:
     """A directory nltk accepts: Debian's files plus the `lexnames` file Debian leaves out.
 
@@ -47,8 +42,8 @@ def _corpus_dir() -> Path:
             f"WordNet 3.0 is not at {WORDNET_FILES}: apt-get install wordnet-base "
             "(or set VIEWMILL_WORDNET_DIR to a folder with data.noun, index.noun, ...)"
         )
-    cache_root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "viewmill"
-    target = cache_root / f"wordnet-{fingerprint(str(WORDNET_FILES), _debian_version())[:12]}"
+    version = debian_version("wordnet-base")
+    target = user_cache_dir() / f"wordnet-{fingerprint(str(WORDNET_FILES), version)[:12]}"
     if (target / "lexnames").is_file():
         return target
     staging = target.with_name(target.name + f".partial-{os.getpid()}")
@@ -88,7 +83,7 @@ def wordnet():
 
 
 def wordnet_revision() -> str:
-    return f"wordnet-3.0@{_debian_version()}"
+    return f"wordnet-3.0@{debian_version('wordnet-base')}"
 
 
 def synonyms(word: str) -> list[str]:
