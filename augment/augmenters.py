@@ -32,7 +32,12 @@ class Translating(BaseModel):
     model: str | None = None
     models: list[str] | None = None
     device: str = "cpu"
-    compute_type: str | None = Field(None, description="ctranslate2 only: int8, float16, bfloat16, float32")
+    compute_type: str | None = Field(
+        None, description="ctranslate2: int8, float16, bfloat16, float32; hf: float32, float16, bfloat16"
+    )
+    max_batch_tokens: int | None = Field(
+        None, ge=64, description="neural engines: padded tokens per batch (default 4096 on CPU, 32768 on GPU)"
+    )
     decoding: DecodingSpec = DecodingSpec()
 
     @property
@@ -187,7 +192,9 @@ class TranslationProducer:
         self.engines: list[TranslationEngine] = []
         try:
             for leg, (src, tgt) in enumerate(self.legs):
-                engine = make_engine(spec.engine, src, tgt, spec.model_for(leg), spec.device, spec.compute_type)
+                engine = make_engine(
+                    spec.engine, src, tgt, spec.model_for(leg), spec.device, spec.compute_type, spec.max_batch_tokens
+                )
                 self.engines.append(engine)
         except BaseException:
             self.close()

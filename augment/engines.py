@@ -225,6 +225,7 @@ def make_engine(
     model: str | None = None,
     device: str = "cpu",
     compute_type: str | None = None,
+    max_batch_tokens: int | None = None,
 ) -> TranslationEngine:
     """An engine for one direction. Neural engines need `model`: a hub id or a local directory."""
     if engine == "apertium":
@@ -235,6 +236,7 @@ def make_engine(
         raise EngineError(f"engine '{engine}' needs a model for {src}>{tgt} (a hub id or a local directory)")
     from augment.neural import CT2Engine, HFEngine
 
-    if engine == "hf":
-        return HFEngine(model, src, tgt, device=device)
-    return CT2Engine(model, src, tgt, device=device, compute_type=compute_type)
+    # GPUs keep getting faster up to batches of ~1,000 sentences (BENCHMARKS.md); CPUs do not.
+    budget = max_batch_tokens or (4096 if device == "cpu" else 32768)
+    cls = HFEngine if engine == "hf" else CT2Engine
+    return cls(model, src, tgt, device=device, compute_type=compute_type, max_batch_tokens=budget)

@@ -154,17 +154,35 @@ class _Seq2SeqEngine:
         pass
 
 
+HF_DTYPES = ("float32", "float16", "bfloat16")
+
+
 class HFEngine(_Seq2SeqEngine):
     """transformers generate(): greedy, beam search or sampling."""
 
     name = "hf"
 
-    def __init__(self, ref: str, src: str, tgt: str, device: str = "cpu", max_batch_tokens: int = 4096) -> None:
+    def __init__(
+        self,
+        ref: str,
+        src: str,
+        tgt: str,
+        device: str = "cpu",
+        compute_type: str | None = None,
+        max_batch_tokens: int = 4096,
+    ) -> None:
         super().__init__(ref, src, tgt, max_batch_tokens)
+        import torch
         from transformers import AutoModelForSeq2SeqLM
 
+        self.compute_type = compute_type or "float32"
+        if self.compute_type not in HF_DTYPES:
+            raise EngineError(f"hf compute_type '{self.compute_type}' is not one of {', '.join(HF_DTYPES)}")
+        if self.compute_type != "float32":
+            self.revision = f"{self.revision}:{self.compute_type}"  # half precision changes outputs
         self.device = device
-        self.net = AutoModelForSeq2SeqLM.from_pretrained(ref).to(device).eval()
+        dtype = getattr(torch, self.compute_type)
+        self.net = AutoModelForSeq2SeqLM.from_pretrained(ref, dtype=dtype).to(device).eval()
 
     def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
         import torch

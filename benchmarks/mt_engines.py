@@ -6,6 +6,9 @@ the same inputs: the demo corpus's first sentences through a SentencePiece vocab
 padded to opus-mt-en-de's 58,101 entries.
 
     .venv/bin/python benchmarks/mt_engines.py [--sentences 64] [--tokens 24] [--batch 16]
+
+With `--device cuda`: hf float32/float16/bfloat16 against ctranslate2 float16/bfloat16/
+int8_float16 on 1,024 sentences, then sentences/s per batch size for the fastest of each.
 """
 
 from __future__ import annotations
@@ -19,11 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from augment.ingest import ingest
 from augment.neural import convert_to_ct2, model_revision
-from pipelines.recipe import load_recipe
-from pipelines.stages import RunContext, _read_corpus
-from pipelines.state import StatePaths
 
+ROOT = Path(__file__).resolve().parents[1]
 OPUS_MT_EN_DE = {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048, "vocab": 58101}
 
 
@@ -61,47 +63,133 @@ def build_marian(out: Path, corpus: list[str]) -> Path:
     return out
 
 
+def demo_sentences(n: int) -> list[str]:
+    """The demo corpus's first `n` unique sentences (SNLI, detokenised), as the demo reads them."""
+    data = ROOT / "recipes" / "data" / "snli"
+    table, _ = ingest(
+        [data / "s1.dev", data / "s2.dev"], corpus="bench", fmt="senteval", lang="en", detokenize=True,
+        min_words=3, max_words=64, limit=n, run_id="bench",
+    )  # fmt: skip
+    return table["text"].to_pylist()
+
+
+def time_hf(model, tokenizer, batches: list[list[str]], n: int, device: str) -> float:
+    import torch
+
+    def run() -> None:
+        for batch in batches:
+            encoded = tokenizer(batch, return_tensors="pt", padding=True).to(device)
+            with torch.inference_mode():
+                out = model.generate(**encoded, num_beams=4, min_new_tokens=n, max_new_tokens=n)
+            assert out.shape[1] == n + 1
+
+    return _timed(run, device)
+
+
+def time_ct2(translator, tokenizer, batches: list[list[str]], n: int, device: str) -> float:
+    tokenized = [[tokenizer.convert_ids_to_tokens(tokenizer(t)["input_ids"]) for t in batch] for batch in batches]
+
+    def run() -> None:
+        for tokens in tokenized:
+            results = translator.translate_batch(
+                tokens, beam_size=4, min_decoding_length=n, max_decoding_length=n, suppress_sequences=None,
+                max_batch_size=len(tokens),
+            )  # fmt: skip
+            assert all(len(r.hypotheses[0]) == n for r in results)
+
+    return _timed(run, device)
+
+
+def _timed(run, device: str) -> float:
+    import torch
+
+    if device == "cuda":  # one untimed pass: kernels compiled, allocator warm
+        run()
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    run()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def cut(texts: list[str], size: int) -> list[list[str]]:
+    return [texts[i : i + size] for i in range(0, len(texts), size)]
+
+
 def main() -> None:
     import ctranslate2
     import torch
     from transformers import AutoTokenizer, MarianMTModel
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sentences", type=int, default=64)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--sentences", type=int, default=None, help="default: 64 on CPU, 1024 on GPU")
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--sweep", default="16,32,64,128,256", help="GPU: batch sizes for sentences/s")
     args = parser.parse_args()
-    table, _ = _read_corpus(RunContext(load_recipe("recipes/demo.yaml"), StatePaths(Path("/nonexistent"))))
-    texts = table["text"].to_pylist()[: args.sentences]
+    device = args.device
+    n_sentences = args.sentences or (64 if device == "cpu" else 1024)
+    texts = demo_sentences(n_sentences)
+    n = args.tokens
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_marian(Path(tmp), table["text"].to_pylist())
+        model_dir = build_marian(Path(tmp), demo_sentences(3000))
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        model = MarianMTModel.from_pretrained(model_dir).eval()
-        ct2_dir = convert_to_ct2(str(model_dir), model_revision(str(model_dir), model.config), "marian")
-        translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="int8", intra_threads=2)
-        batches = [texts[i : i + args.batch] for i in range(0, len(texts), args.batch)]
-        n = args.tokens
+        revision = model_revision(str(model_dir), MarianMTModel.from_pretrained(model_dir).config)
+        ct2_dir = convert_to_ct2(str(model_dir), revision, "marian")
+        if device == "cpu":
+            hf_types, ct2_types = ["float32"], ["int8"]
+        else:
+            hf_types, ct2_types = ["float32", "float16", "bfloat16"], ["float16", "bfloat16", "int8_float16"]
+        name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+        print(f"device: {name}")
+        print(f"Marian {OPUS_MT_EN_DE}, beam 4, {len(texts)} sentences in batches of {args.batch}, {n} tokens each")
+        timings: dict[str, float] = {}
+        for dtype in hf_types:
+            model = MarianMTModel.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device).eval()
+            timings[f"hf {dtype}"] = time_hf(model, tokenizer, cut(texts, args.batch), n, device)
+            del model
+        for dtype in ct2_types:
+            try:
+                translator = ctranslate2.Translator(
+                    str(ct2_dir), device=device, compute_type=dtype, intra_threads=torch.get_num_threads()
+                )
+                timings[f"ctranslate2 {dtype}"] = time_ct2(translator, tokenizer, cut(texts, args.batch), n, device)
+                del translator
+            except (RuntimeError, ValueError) as exc:
+                print(f"ctranslate2 {dtype}: cannot run on {device}: {exc}")
+        for label, seconds in timings.items():
+            print(f"{label:<26} {seconds:7.2f} s  {len(texts) / seconds:8.1f} sentences/s")
+        baseline = timings["hf float32"]
+        for label, seconds in timings.items():
+            if label != "hf float32":
+                print(f"{label} / hf float32 speed-up: {baseline / seconds:.2f}x")
+        if device == "cuda":
+            sweep(args, texts, n, model_dir, ct2_dir, tokenizer, timings)
 
-        start = time.perf_counter()
-        for batch in batches:
-            encoded = tokenizer(batch, return_tensors="pt", padding=True)
-            with torch.inference_mode():
-                out = model.generate(**encoded, num_beams=4, min_new_tokens=n, max_new_tokens=n)
-            assert out.shape[1] == n + 1
-        hf_s = time.perf_counter() - start
 
-        start = time.perf_counter()
-        for batch in batches:
-            tokens = [tokenizer.convert_ids_to_tokens(tokenizer(t)["input_ids"]) for t in batch]
-            results = translator.translate_batch(
-                tokens, beam_size=4, min_decoding_length=n, max_decoding_length=n, suppress_sequences=None
-            )
-            assert all(len(r.hypotheses[0]) == n for r in results)
-        ct2_s = time.perf_counter() - start
-    print(f"Marian {OPUS_MT_EN_DE}, beam 4, {len(texts)} sentences in batches of {args.batch}, {n} tokens each")
-    print(f"hf float32:       {hf_s:6.1f} s  {len(texts) / hf_s:6.1f} sentences/s")
-    print(f"ctranslate2 int8: {ct2_s:6.1f} s  {len(texts) / ct2_s:6.1f} sentences/s")
-    print(f"ctranslate2 / hf speed-up: {hf_s / ct2_s:.2f}x")
+def sweep(args, texts, n, model_dir, ct2_dir, tokenizer, timings) -> None:
+    """sentences/s per batch size for the fastest hf and ctranslate2 settings."""
+    import ctranslate2
+    import torch
+    from transformers import MarianMTModel
+
+    best_hf = min((k for k in timings if k.startswith("hf")), key=timings.get)
+    best_ct2 = min((k for k in timings if k.startswith("ctranslate2")), key=timings.get, default=None)
+    print(f"batch-size sweep ({len(texts)} sentences, beam 4, {n} tokens): sentences/s")
+    model = MarianMTModel.from_pretrained(model_dir, dtype=getattr(torch, best_hf.split()[1])).to("cuda").eval()
+    translator = None
+    if best_ct2:
+        translator = ctranslate2.Translator(str(ct2_dir), device="cuda", compute_type=best_ct2.split()[1])
+    for size in (int(x) for x in args.sweep.split(",")):
+        hf_rate = len(texts) / time_hf(model, tokenizer, cut(texts, size), n, "cuda")
+        line = f"batch {size:>4}: {best_hf} {hf_rate:8.1f}"
+        if translator is not None:
+            ct2_rate = len(texts) / time_ct2(translator, tokenizer, cut(texts, size), n, "cuda")
+            line += f" | {best_ct2} {ct2_rate:8.1f}"
+        print(line, flush=True)
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -144,3 +144,22 @@ def build_tiny_m2m100(out: Path, corpus: list[str], seed: int = 0) -> Path:
     M2M100ForConditionalGeneration(config).eval().save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def build_tiny_nllb(out: Path, seed: int = 0) -> Path:
+    """NLLB-200 (an M2M100 network with FLORES-200 codes like deu_Latn as language tokens)."""
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+
+    torch.manual_seed(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "▁": 4}
+    for char in CHARS:  # character-level BPE without merges: small and covers any word
+        vocab.setdefault(char, len(vocab))
+    tokenizer = NllbTokenizer(vocab=vocab, merges=[], src_lang="eng_Latn")
+    config = M2M100Config(
+        vocab_size=len(tokenizer), pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, **TINY
+    )
+    M2M100ForConditionalGeneration(config).eval().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

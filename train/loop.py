@@ -39,6 +39,7 @@ class BSLConfig(BaseModel):
     predictor_k: int = Field(8, ge=1)
     seed: int = 13
     device: str = "cpu"
+    precision: str = Field("fp32", pattern="^(fp32|bf16|fp16)$", description="autocast dtype; fp16 adds loss scaling")
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> BSLConfig:
@@ -148,6 +149,7 @@ def train_bsl(
             {"params": list(model.predictor.parameters()), "lr": config.predictor_lr},
         ]
     )
+    scaler = torch.amp.GradScaler(torch.device(config.device).type) if config.precision == "fp16" else None
     model.train()
     losses: list[float] = []
     lengths = [len(a) + len(b) for a, b in pairs]
@@ -157,13 +159,10 @@ def train_bsl(
         batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
         batch = {k: v.to(config.device) for k, v in batch.items()}
         warming_up = step <= config.predictor_warmup_steps
-        optimizer.zero_grad(set_to_none=True)
-        loss = model.loss(batch, len(index), train_encoder=not warming_up)
-        loss.backward()
-        optimizer.step()
-        if not warming_up:
-            model.update_target(config.momentum)
-        losses.append(float(loss.detach()))
+        losses.append(
+            bsl_step(model, optimizer, batch, len(index), train_encoder=not warming_up, momentum=config.momentum,
+                     precision=config.precision, scaler=scaler)
+        )  # fmt: skip
         if on_step is not None:
             on_step(step, losses[-1])
     model.eval()
@@ -177,6 +176,44 @@ def train_bsl(
     )
     export(sentence_model, out_dir, {**card, "train_config": config.model_dump(), "report": asdict(report)})
     return report
+
+
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def bsl_step(
+    model: BSL,
+    optimizer: torch.optim.Optimizer,
+    batch: dict[str, torch.Tensor],
+    n: int,
+    *,
+    train_encoder: bool,
+    momentum: float,
+    precision: str = "fp32",
+    scaler: torch.amp.GradScaler | None = None,
+) -> float:
+    """One optimiser step and, when the encoder trained and the step was taken, one EMA update.
+
+    With fp16 loss scaling an overflowing step is skipped by the scaler; the target must
+    then stay where it is, or it would drift towards weights that did not change.
+    """
+    dtype = AUTOCAST_DTYPES[precision]
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
+        loss = model.loss(batch, n, train_encoder=train_encoder)
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+        stepped = True
+    else:
+        scaler.scale(loss).backward()
+        scale = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        stepped = scaler.get_scale() >= scale  # the scaler lowers its scale exactly when it skips
+    if train_encoder and stepped:
+        model.update_target(momentum)
+    return float(loss.detach())
 
 
 def export(sentence_model, out_dir: Path, manifest: dict) -> None:

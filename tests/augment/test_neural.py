@@ -108,17 +108,32 @@ def test_length_batches_sort_and_respect_the_token_budget():
     assert batches[0] == [0, 4, 2]
 
 
-def test_multilingual_forward_translation_forces_the_target_language(tmp_path):
-    from tests.tiny_mt import build_tiny_m2m100
+@pytest.mark.parametrize("family", ["m2m100", "nllb"])
+def test_multilingual_forward_translation_forces_the_target_language(tmp_path, family):
+    from tests.tiny_mt import build_tiny_m2m100, build_tiny_nllb
 
-    model = str(build_tiny_m2m100(tmp_path / "m2m", SENTENCES * 3))
+    if family == "m2m100":
+        model = str(build_tiny_m2m100(tmp_path / family, SENTENCES * 3))
+    else:
+        model = str(build_tiny_nllb(tmp_path / family))
     greedy = DecodingSpec(max_length_ratio=1.0)
     outputs = {}
-    for tgt in ("de", "fr"):
+    for tgt in ("de", "fr", "ar"):
         hf = make_engine("hf", "en", tgt, model=model)
         ct2 = make_engine("ctranslate2", "en", tgt, model=model, compute_type="float32")
         outputs[tgt] = hf.translate(SENTENCES[:6], "en", tgt, greedy)
         assert ct2.translate(SENTENCES[:6], "en", tgt, greedy) == outputs[tgt]
-    assert outputs["de"] != outputs["fr"], "the forced language token changes the output"
-    with pytest.raises(EngineError, match="M2M100 has no language 'xx'"):
+    assert len({str(o) for o in outputs.values()}) == 3, "the forced language token changes the output"
+    unknown = "M2M100 has no language 'xx'" if family == "m2m100" else "no NLLB language code for 'xx'"
+    with pytest.raises(EngineError, match=unknown):
         make_engine("hf", "en", "xx", model=model)
+
+
+def test_hf_half_precision_is_part_of_the_revision_and_bad_dtypes_are_refused(tiny_models):
+    model = str(tiny_models["marian"])
+    full = make_engine("hf", "en", "de", model=model)
+    half = make_engine("hf", "en", "de", model=model, compute_type="bfloat16")
+    assert half.revision == f"{full.revision}:bfloat16", "a cached float32 translation is never reused for bf16"
+    assert half.translate(SENTENCES[:2], "en", "de", DecodingSpec())[0][0]
+    with pytest.raises(EngineError, match="compute_type 'int8' is not one of float32, float16, bfloat16"):
+        make_engine("hf", "en", "de", model=model, compute_type="int8")

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from train.bsl import BSL, Predictor, mean_pool
-from train.loop import batches
+from train.loop import batches, bsl_step
 
 
 class TinyEncoder(nn.Module):
@@ -120,3 +120,47 @@ def test_batches_never_hold_two_pairs_of_one_sentence():
     out = batches(lengths, batch_size=16, steps=30, seed=1, keys=keys)
     assert len(out) == 30
     assert all(len({keys[i] for i in b}) == len(b) == 16 for b in out)
+
+
+def _step_fixture():
+    model = BSL(TinyEncoder(), dim=8, k=2)
+    model.train()
+    optimizer = torch.optim.Adam([
+        {"params": list(model.online.parameters()), "lr": 1e-2},
+        {"params": list(model.predictor.parameters()), "lr": 1e-2},
+    ])  # fmt: skip
+    return model, optimizer
+
+
+def _params(module):
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def test_a_step_skipped_for_overflow_leaves_the_target_alone():
+    model, optimizer = _step_fixture()
+    online, target = _params(model.online), _params(model.target)
+    overflowing = torch.amp.GradScaler("cpu", init_scale=2.0**127)  # scaled gradients become inf
+    bsl_step(model, optimizer, _batch(), 4, train_encoder=True, momentum=0.5, scaler=overflowing)
+    assert overflowing.get_scale() < 2.0**127, "the scaler saw the overflow"
+    assert all(torch.equal(a, b) for a, b in zip(online, model.online.parameters(), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(target, model.target.parameters(), strict=True))
+    bsl_step(model, optimizer, _batch(), 4, train_encoder=True, momentum=0.5, scaler=torch.amp.GradScaler("cpu"))
+    assert not all(torch.equal(a, b) for a, b in zip(target, model.target.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_step_trains_and_updates_the_target_in_each_precision(precision):
+    model, optimizer = _step_fixture()
+    target = _params(model.target)
+    loss = bsl_step(model, optimizer, _batch(), 4, train_encoder=True, momentum=0.5, precision=precision)
+    assert 0 <= loss <= 4
+    assert not all(torch.equal(a, b) for a, b in zip(target, model.target.parameters(), strict=True))
+    assert all(p.dtype == torch.float32 for p in model.parameters()), "autocast never casts the weights"
+
+
+def test_warmup_step_leaves_encoder_and_target_untouched():
+    model, optimizer = _step_fixture()
+    online, target = _params(model.online), _params(model.target)
+    bsl_step(model, optimizer, _batch(), 4, train_encoder=False, momentum=0.0)
+    assert all(torch.equal(a, b) for a, b in zip(online, model.online.parameters(), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(target, model.target.parameters(), strict=True))
