@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from augment.cache import CacheStats, translate_cached
@@ -151,16 +152,33 @@ class MaskedLM(BaseModel):
         return "mlm"
 
 
+class Entailment(BaseModel):
+    """Labelled NLI data: a premise's view is a hypothesis it entails (SimCSE's supervised
+    positives). Sentences that are no premise of such a pair get a rejected view."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = NAME
+    method: Literal["entailment"] = "entailment"
+    labels: list[str] = Field(["entailment"], min_length=1, description="gold labels that count as a positive")
+    seed: int = Field(0, description="picks one hypothesis when a premise has several")
+
+    @property
+    def path_label(self) -> str:
+        return "nli:" + "+".join(self.labels)
+
+
 AugmenterSpec = Annotated[
     Annotated[BackTranslation, Tag("backtranslation")]
     | Annotated[Forward, Tag("forward")]
     | Annotated[Identity, Tag("identity")]
     | Annotated[Synonym, Tag("synonym")]
-    | Annotated[MaskedLM, Tag("mlm")],
+    | Annotated[MaskedLM, Tag("mlm")]
+    | Annotated[Entailment, Tag("entailment")],
     Discriminator(
         _method,
         custom_error_type="unknown_method",
-        custom_error_message="method must be one of backtranslation, forward, identity, synonym, mlm",
+        custom_error_message="method must be one of backtranslation, forward, identity, synonym, mlm, entailment",
     ),
 ]
 
@@ -169,11 +187,12 @@ AugmenterSpec = Annotated[
 class ProducedView:
     text: str
     provenance: dict[str, Any]
+    reason: str | None = None  # the producer's own rejection, e.g. no entailed hypothesis
 
 
 class Producer(Protocol):
     identity: list[Any]  # what besides the spec decides the output (engines and versions)
-    lang: str
+    lang: str | None  # the views' language; None: the sentence's own
 
     def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
         """One view per (sentence_id, text), in order."""
@@ -223,7 +242,7 @@ class TranslationProducer:
 
 
 class IdentityProducer:
-    lang = "en"
+    lang = None
 
     def __init__(self, spec: Identity) -> None:
         self.spec = spec
@@ -248,7 +267,7 @@ def replacement_view(text: str, engine: str, model: str, ratio: float, replaced:
 
 
 class SynonymProducer:
-    lang = "en"
+    lang = None
 
     def __init__(self, spec: Synonym) -> None:
         self.spec = spec
@@ -268,7 +287,7 @@ class SynonymProducer:
 
 
 class MaskedLMProducer:
-    lang = "en"
+    lang = None
 
     def __init__(self, spec: MaskedLM) -> None:
         from augment.mlm import MaskedFiller
@@ -292,11 +311,60 @@ class MaskedLMProducer:
         pass
 
 
-def make_producer(spec: BackTranslation | Forward | Identity | Synonym | MaskedLM) -> Producer:
+class EntailmentProducer:
+    lang = None
+    NO_PAIR = "no_entailment_pair"
+
+    def __init__(self, spec: Entailment, lake: Lake | None) -> None:
+        self.spec = spec
+        # The links decide the views: re-ingested NLI data with new pairs is a new configuration.
+        digest = None
+        if lake is not None:
+            digest = lake.scalar(
+                "SELECT format('{}:{}', count(*), coalesce(bit_xor(hash(premise_id, hypothesis_id, label)), 0)) "
+                "FROM nli_pairs"
+            )
+        self.identity = [digest]
+
+    def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
+        wanted = pa.table({"sentence_id": [sid for sid, _ in chunk]})
+        with lake.with_keys("_premises", wanted):
+            table = lake.arrow(
+                f"""
+                SELECT DISTINCT n.premise_id, n.hypothesis_id, n.hypothesis_text
+                FROM nli_pairs n JOIN _premises p ON n.premise_id = p.sentence_id
+                WHERE n.label IN ({", ".join("?" for _ in self.spec.labels)}) AND n.hypothesis_id <> n.premise_id
+                ORDER BY n.premise_id, n.hypothesis_id
+                """,
+                self.spec.labels,
+            )
+        partners: dict[str, list[tuple[str, str]]] = {}
+        for row in table.to_pylist():
+            partners.setdefault(row["premise_id"], []).append((row["hypothesis_id"], row["hypothesis_text"]))
+        views = []
+        for sid, _ in chunk:
+            options = partners.get(sid)
+            if not options:
+                provenance = {"engines": [], "models": [], "decoding": None, "cache_keys": []}
+                views.append(ProducedView("", provenance, reason=self.NO_PAIR))
+                continue
+            hypothesis_id, text = options[sentence_seed(self.spec.seed, sid) % len(options)]
+            provenance = {"engines": ["nli"], "models": [], "decoding": None, "cache_keys": [hypothesis_id]}
+            views.append(ProducedView(text, provenance))
+        return views
+
+    def close(self) -> None:
+        pass
+
+
+def make_producer(spec: AugmenterSpec, lake: Lake | None = None) -> Producer:
+    """The producer for a spec; `lake` lets data-derived augmenters (entailment) fingerprint their inputs."""
     if isinstance(spec, BackTranslation | Forward):
         return TranslationProducer(spec)
     if isinstance(spec, MaskedLM):
         return MaskedLMProducer(spec)
     if isinstance(spec, Synonym):
         return SynonymProducer(spec)
+    if isinstance(spec, Entailment):
+        return EntailmentProducer(spec, lake)
     return IdentityProducer(spec)

@@ -11,7 +11,7 @@ import pyarrow as pa
 from sacremoses import MosesDetokenizer
 
 from storage.ids import normalize_text, sentence_id
-from storage.schema import SENTENCES
+from storage.schema import NLI_PAIRS, SENTENCES
 
 # Moses leaves Penn Treebank's split negations ("does n't", "ca n't") apart.
 _SPLIT_NEGATION = re.compile(r"(\w) n't\b")
@@ -28,6 +28,7 @@ class RawLine:
     row: int  # 1-based line number
     pair_id: str | None = None
     nli_label: str | None = None
+    role: str | None = None  # "premise" or "hypothesis" in NLI data
 
 
 @dataclass
@@ -38,7 +39,15 @@ class IngestStats:
     too_short: int = 0
     too_long: int = 0
     blank: int = 0
+    nli_pairs: int = 0
     per_file: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class IngestResult:
+    sentences: pa.Table
+    stats: IngestStats
+    nli_pairs: pa.Table  # empty unless links were asked for and the format has them
 
 
 def read_lines(path: Path) -> list[str]:
@@ -71,6 +80,7 @@ def read_senteval_nli(path: Path) -> Iterator[RawLine]:
     """
     lines = read_lines(path)
     split = path.suffix.lstrip(".") or "all"
+    role = {"s1": "premise", "s2": "hypothesis"}.get(path.stem)
     labels_path = path.with_name(f"labels{path.suffix}")
     labels: list[str | None] = [None] * len(lines)
     if labels_path.is_file():
@@ -82,7 +92,7 @@ def read_senteval_nli(path: Path) -> Iterator[RawLine]:
             )
         labels = [label.strip() or None for label in label_lines]
     for row, (line, label) in enumerate(zip(lines, labels, strict=True), start=1):
-        yield RawLine(line, str(path), row, pair_id=f"{split}:{row}", nli_label=label)
+        yield RawLine(line, str(path), row, pair_id=f"{split}:{row}", nli_label=label, role=role)
 
 
 READERS = {"text": read_text_file, "senteval": read_senteval_nli}
@@ -99,28 +109,42 @@ def ingest(
     max_words: int,
     limit: int | None,
     run_id: str,
-) -> tuple[pa.Table, IngestStats]:
+    nli_links: bool = False,
+) -> IngestResult:
     """Read, normalise (NFC, whitespace), optionally detokenise, length-filter and dedupe.
 
+    With `nli_links`, also collect every labelled premise-hypothesis pair of NLI data (all
+    of it: `limit` and the length filter apply to sentences, not to the links).
     Raises CorpusError if a file is missing or unreadable, or if nothing is left.
     """
     reader = READERS[fmt]
     detok = MosesDetokenizer(lang=lang) if detokenize else None
+
+    def clean(raw_text: str) -> str:
+        text = normalize_text(raw_text)
+        if text and detok is not None:
+            text = normalize_text(_SPLIT_NEGATION.sub(r"\1n't", detok.detokenize(text.split())))
+        return text
+
     stats = IngestStats()
     seen: set[str] = set()
     rows: list[dict] = []
+    halves: dict[str, dict[str, tuple[str, RawLine]]] = {}
     for path in files:
         kept_before = stats.kept
         for raw in reader(path):
-            if limit is not None and stats.kept >= limit:
+            full = limit is not None and stats.kept >= limit
+            if full and not nli_links:
                 break
+            text = clean(raw.text)
+            if nli_links and raw.pair_id is not None and raw.role is not None:
+                halves.setdefault(raw.pair_id, {})[raw.role] = (text, raw)
+            if full:
+                continue
             stats.lines += 1
-            text = normalize_text(raw.text)
             if not text:
                 stats.blank += 1
                 continue
-            if detok is not None:
-                text = normalize_text(_SPLIT_NEGATION.sub(r"\1n't", detok.detokenize(text.split())))
             n_words = len(text.split())
             if n_words < min_words:
                 stats.too_short += 1
@@ -151,6 +175,10 @@ def ingest(
                 }
             )
         stats.per_file[str(path)] = stats.kept - kept_before
+    if nli_links:  # a premise file's hypotheses give its links even when not ingested themselves
+        for path in _partner_files(files, fmt):
+            for raw in reader(path):
+                halves.setdefault(raw.pair_id, {})[raw.role] = (clean(raw.text), raw)
     if not rows:
         raise CorpusError(
             f"corpus '{corpus}' is empty after reading {len(files)} file(s) "
@@ -158,4 +186,43 @@ def ingest(
             f"{min_words} words, {stats.too_long} longer than {max_words}): "
             "point corpus.files at non-empty files or relax corpus.min_words/max_words"
         )
-    return pa.Table.from_pylist(rows, schema=SENTENCES), stats
+    links = nli_pair_rows(corpus, halves, run_id)
+    stats.nli_pairs = len(links)
+    return IngestResult(
+        pa.Table.from_pylist(rows, schema=SENTENCES), stats, pa.Table.from_pylist(links, schema=NLI_PAIRS)
+    )
+
+
+def _partner_files(files: list[Path], fmt: str) -> list[Path]:
+    if fmt != "senteval":
+        return []
+    listed = {Path(f).resolve() for f in files}
+    partners = [Path(f).with_name("s2" + Path(f).suffix) for f in files if Path(f).stem == "s1"]
+    return [p for p in partners if p.resolve() not in listed and p.is_file()]
+
+
+def nli_pair_rows(corpus: str, halves: dict[str, dict[str, tuple[str, RawLine]]], run_id: str) -> list[dict]:
+    """One row per pair with both sides non-empty and a gold label."""
+    rows = []
+    for pair_id, sides in halves.items():
+        if "premise" not in sides or "hypothesis" not in sides:
+            continue
+        (premise, raw), (hypothesis, _) = sides["premise"], sides["hypothesis"]
+        label = raw.nli_label
+        if not premise or not hypothesis or label in (None, "", "-"):
+            continue  # "-": annotators did not agree on a gold label
+        rows.append(
+            {
+                "corpus": corpus,
+                "pair_id": pair_id,
+                "premise_id": sentence_id(premise),
+                "premise_text": premise,
+                "hypothesis_id": sentence_id(hypothesis),
+                "hypothesis_text": hypothesis,
+                "label": label,
+                "file": raw.file,
+                "row": raw.row,
+                "run_id": run_id,
+            }
+        )
+    return rows

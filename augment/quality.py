@@ -56,11 +56,12 @@ class FilterSpec(BaseModel):
 def reject_reason(view: str, quality: Quality, spec: FilterSpec, method: str = "backtranslation") -> str | None:
     """The first filter a view fails, as a short machine-readable reason; None if kept.
 
-    Identity views are the source by definition, so only the emptiness check applies.
+    Identity views are the source by definition, and entailed hypotheses are written by
+    people to differ from it, so only the emptiness check applies to them.
     """
     if not view.strip():
         return "empty"
-    if method == "identity":
+    if method in ("identity", "entailment"):
         return None
     if spec.reject_identical and quality.identical_to_source:
         return "identical_to_source"

@@ -31,18 +31,20 @@ class AugmentReport:
         return asdict(self)
 
 
-def pending_sentences(lake: Lake, corpus: str, config_hash: str) -> list[tuple[str, str]]:
-    """(sentence_id, text) of the corpus's sentences that have no view of this configuration yet."""
+def pending_sentences(lake: Lake, corpus: str, config_hash: str) -> list[tuple[str, str, str]]:
+    """(sentence_id, text, lang) of the corpus's sentences without a view of this configuration yet."""
     table = lake.arrow(
         """
-        SELECT s.sentence_id, s.text FROM sentences s
+        SELECT s.sentence_id, s.text, s.lang FROM sentences s
         WHERE s.corpus = ? AND NOT EXISTS (
             SELECT 1 FROM views v WHERE v.sentence_id = s.sentence_id AND v.config_hash = ?)
         ORDER BY s.sentence_id
         """,
         [corpus, config_hash],
     )
-    return list(zip(table["sentence_id"].to_pylist(), table["text"].to_pylist(), strict=True))
+    return list(
+        zip(table["sentence_id"].to_pylist(), table["text"].to_pylist(), table["lang"].to_pylist(), strict=True)
+    )
 
 
 def make_views(
@@ -62,7 +64,7 @@ def make_views(
     run resumes where it stopped and never writes a view twice.
     `on_progress(done, total)` is called after each chunk.
     """
-    producer = make_producer(spec)
+    producer = make_producer(spec, lake)
     try:
         config_hash = fingerprint(spec.model_dump(), filters.model_dump(), producer.identity)
         todo = pending_sentences(lake, corpus, config_hash)
@@ -72,11 +74,11 @@ def make_views(
             on_progress(0, len(todo))
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
-            produced = producer.produce(lake, chunk, run_id, report.cache)
+            produced = producer.produce(lake, [(sid, text) for sid, text, _ in chunk], run_id, report.cache)
             rows = []
-            for (sid, source), view in zip(chunk, produced, strict=True):
+            for (sid, source, source_lang), view in zip(chunk, produced, strict=True):
                 quality = quality_signals(source, view.text)
-                reason = reject_reason(view.text, quality, filters, method=spec.method)
+                reason = view.reason or reject_reason(view.text, quality, filters, method=spec.method)
                 rows.append(
                     {
                         "view_id": fingerprint(sid, config_hash),
@@ -86,7 +88,7 @@ def make_views(
                         "method": spec.method,
                         "path": spec.path_label,
                         "text": view.text,
-                        "lang": producer.lang,
+                        "lang": producer.lang or source_lang,
                         "provenance": view.provenance,
                         "quality": asdict(quality),
                         "status": "rejected" if reason else "kept",

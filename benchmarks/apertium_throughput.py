@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from augment.engines import ApertiumEngine, DecodingSpec
 from pipelines.recipe import load_recipe
-from pipelines.stages import RunContext, _read_corpus
+from pipelines.stages import RunContext
 from pipelines.state import StatePaths
 
 
@@ -41,7 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 512])
     args = parser.parse_args()
-    table, _ = _read_corpus(RunContext(load_recipe("recipes/demo.yaml"), StatePaths(Path("/nonexistent"))))
+    table = RunContext(load_recipe("recipes/demo.yaml"), StatePaths(Path("/nonexistent"))).corpus().sentences
     texts = table["text"].to_pylist()
     engines = {("en", "es"): ApertiumEngine("en", "es"), ("es", "en"): ApertiumEngine("es", "en")}
 

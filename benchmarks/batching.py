@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipelines.recipe import load_recipe
-from pipelines.stages import RunContext, _read_corpus
+from pipelines.stages import RunContext
 from pipelines.state import StatePaths
 from train.bsl import BSL
 from train.encoder import load_sentence_model, resolve_encoder
@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     recipe = load_recipe("recipes/demo.yaml")
-    table, _ = _read_corpus(RunContext(recipe, StatePaths(Path("/nonexistent"))))
+    table = RunContext(recipe, StatePaths(Path("/nonexistent"))).corpus().sentences
     texts = table["text"].to_pylist()
     rng = np.random.default_rng(13)
     random_batches = [rng.permutation(len(texts))[:64].tolist() for _ in range(args.steps)]

@@ -66,11 +66,11 @@ def build_marian(out: Path, corpus: list[str]) -> Path:
 def demo_sentences(n: int) -> list[str]:
     """The demo corpus's first `n` unique sentences (SNLI, detokenised), as the demo reads them."""
     data = ROOT / "recipes" / "data" / "snli"
-    table, _ = ingest(
+    result = ingest(
         [data / "s1.dev", data / "s2.dev"], corpus="bench", fmt="senteval", lang="en", detokenize=True,
         min_words=3, max_words=64, limit=n, run_id="bench",
     )  # fmt: skip
-    return table["text"].to_pylist()
+    return result.sentences["text"].to_pylist()
 
 
 def time_hf(model, tokenizer, batches: list[list[str]], n: int, device: str) -> float:

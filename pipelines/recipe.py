@@ -19,6 +19,9 @@ class RecipeError(ValueError):
     """A recipe is unusable; the message names the field or file and the fix."""
 
 
+NLI_FORMATS = ("senteval",)
+
+
 class CorpusSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -79,7 +82,16 @@ class Recipe(BaseModel):
                 raise ValueError(f"pair.{side} '{name}' is not an augmenter name ({', '.join(names)})")
         if self.pair.view_a in self.pair.partners:
             raise ValueError("pair.view_a and pair.view_b must name different augmenters")
+        if self.wants_nli_links and self.corpus.format not in NLI_FORMATS:
+            raise ValueError(
+                f"an entailment augmenter needs labelled NLI data: corpus.format is '{self.corpus.format}', "
+                f"use one of {', '.join(NLI_FORMATS)}"
+            )
         return self
+
+    @property
+    def wants_nli_links(self) -> bool:
+        return any(a.method == "entailment" for a in self.augmenters)
 
     @property
     def corpus_name(self) -> str:

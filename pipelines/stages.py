@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from augment.augmenters import make_producer
-from augment.ingest import IngestStats, ingest
+from augment.ingest import IngestResult, ingest
 from augment.views import make_views
 from pipelines.progress import progress_bar
 from pipelines.recipe import Recipe
@@ -39,9 +39,28 @@ class RunContext:
     run_id: str = field(
         default_factory=lambda: datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     )
+    _corpus: IngestResult | None = field(default=None, repr=False)
 
     def lake(self) -> Lake:
         return Lake(self.state.lake)
+
+    def corpus(self) -> IngestResult:
+        """The recipe's corpus, read once per run (preflight and ingest share it)."""
+        if self._corpus is None:
+            spec = self.recipe.corpus
+            self._corpus = ingest(
+                spec.files,
+                corpus=self.recipe.corpus_name,
+                fmt=spec.format,
+                lang=spec.lang,
+                detokenize=spec.detokenize,
+                min_words=spec.min_words,
+                max_words=spec.max_words,
+                limit=spec.limit,
+                run_id=self.run_id,
+                nli_links=self.recipe.wants_nli_links,
+            )
+        return self._corpus
 
 
 def preflight(ctx: RunContext) -> dict[str, Any]:
@@ -51,7 +70,7 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
     evaluation files and the encoder. Nothing here touches the lake.
     """
     recipe = ctx.recipe
-    _, stats = _read_corpus(ctx)
+    stats = ctx.corpus().stats
     for spec in recipe.augmenters:
         make_producer(spec).close()  # engines, language directions, WordNet
     if recipe.evaluate is not None:
@@ -61,26 +80,18 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
     return {"sentences": stats.kept, "encoder": encoder}
 
 
-def _read_corpus(ctx: RunContext) -> tuple[pa.Table, IngestStats]:
-    spec = ctx.recipe.corpus
-    return ingest(
-        spec.files,
-        corpus=ctx.recipe.corpus_name,
-        fmt=spec.format,
-        lang=spec.lang,
-        detokenize=spec.detokenize,
-        min_words=spec.min_words,
-        max_words=spec.max_words,
-        limit=spec.limit,
-        run_id=ctx.run_id,
-    )
-
-
 def ingest_stage(ctx: RunContext) -> dict[str, Any]:
-    table, stats = _read_corpus(ctx)
+    corpus = ctx.corpus()
     with ctx.lake() as lake, lake.transaction():
-        new = lake.append("sentences", table, unique_on=("corpus", "sentence_id"))
-    return {"corpus": ctx.recipe.corpus_name, "sentences": table.num_rows, "new_sentences": new, **asdict(stats)}
+        new = lake.append("sentences", corpus.sentences, unique_on=("corpus", "sentence_id"))
+        new_links = lake.append("nli_pairs", corpus.nli_pairs, unique_on=("corpus", "pair_id"))
+    return {
+        "corpus": ctx.recipe.corpus_name,
+        "sentences": corpus.sentences.num_rows,
+        "new_sentences": new,
+        "new_nli_pairs": new_links,
+        **asdict(corpus.stats),
+    }
 
 
 def augment_stage(ctx: RunContext, augmenter: str) -> dict[str, Any]:

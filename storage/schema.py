@@ -28,6 +28,21 @@ SENTENCES = pa.schema(
     ]
 )
 
+NLI_PAIRS = pa.schema(
+    [
+        ("corpus", pa.string()),
+        ("pair_id", pa.string()),
+        ("premise_id", pa.string()),
+        ("premise_text", pa.string()),
+        ("hypothesis_id", pa.string()),
+        ("hypothesis_text", pa.string()),
+        ("label", pa.string()),
+        ("file", pa.string()),
+        ("row", pa.int64()),
+        ("run_id", pa.string()),
+    ]
+)
+
 TRANSLATIONS = pa.schema(
     [
         ("cache_key", pa.string()),
@@ -161,6 +176,7 @@ EVALS = pa.schema(
 
 TABLES: dict[str, pa.Schema] = {
     "sentences": SENTENCES,
+    "nli_pairs": NLI_PAIRS,
     "translations": TRANSLATIONS,
     "views": VIEWS,
     "pairs": PAIRS,

@@ -8,7 +8,8 @@ def _ingest(files, **overrides):
         corpus="c", fmt="text", lang="en", detokenize=False, min_words=2, max_words=10, limit=None, run_id="r"
     )
     options.update(overrides)
-    return ingest(files, **options)
+    result = ingest(files, **options)
+    return result.sentences, result.stats
 
 
 def test_normalises_deduplicates_and_filters_by_length(tmp_path):
@@ -59,3 +60,45 @@ def test_label_file_of_wrong_length_is_reported(tmp_path):
     (tmp_path / "labels.test").write_text("neutral\n", encoding="utf-8")
     with pytest.raises(CorpusError, match="labels.test has 1 lines but .*s1.test has 2"):
         _ingest([tmp_path / "s1.test"], fmt="senteval")
+
+
+def _nli(tmp_path, split="dev"):
+    premises = ["A man plays a guitar .", "A man plays a guitar .", "Kids run .", "A dog sleeps ."]
+    hypotheses = ["A person makes music .", "A man is asleep .", "Children are moving .", "An animal rests ."]
+    labels = ["entailment", "contradiction", "entailment", "-"]
+    for name, lines in (("s1", premises), ("s2", hypotheses), ("labels", labels)):
+        (tmp_path / f"{name}.{split}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_nli_links_pair_premises_with_labelled_hypotheses(tmp_path):
+    _nli(tmp_path)
+    result = ingest(
+        [tmp_path / "s1.dev"], corpus="c", fmt="senteval", lang="en", detokenize=True, min_words=2, max_words=10,
+        limit=1, run_id="r", nli_links=True,
+    )  # fmt: skip
+    assert result.sentences["text"].to_pylist() == ["A man plays a guitar."], "limit applies to sentences"
+    links = result.nli_pairs.to_pylist()
+    # s2.dev was read for links although only s1.dev is listed; "-" (no gold label) is dropped.
+    assert [(r["premise_text"], r["hypothesis_text"], r["label"]) for r in links] == [
+        ("A man plays a guitar.", "A person makes music.", "entailment"),
+        ("A man plays a guitar.", "A man is asleep.", "contradiction"),
+        ("Kids run.", "Children are moving.", "entailment"),
+    ]
+    assert links[0]["premise_id"] == result.sentences["sentence_id"][0].as_py()
+    assert result.stats.nli_pairs == 3
+    both = ingest(
+        [tmp_path / "s1.dev", tmp_path / "s2.dev"], corpus="c", fmt="senteval", lang="en", detokenize=True,
+        min_words=2, max_words=10, limit=None, run_id="r", nli_links=True,
+    )  # fmt: skip
+    assert both.nli_pairs.to_pylist() == links
+    hypothesis_ids = {r["hypothesis_id"] for r in links}
+    assert hypothesis_ids <= set(both.sentences["sentence_id"].to_pylist()), "same normalisation on both sides"
+
+
+def test_links_are_not_collected_unless_asked(tmp_path):
+    _nli(tmp_path)
+    result = ingest(
+        [tmp_path / "s1.dev"], corpus="c", fmt="senteval", lang="en", detokenize=True, min_words=2, max_words=10,
+        limit=None, run_id="r",
+    )  # fmt: skip
+    assert result.nli_pairs.num_rows == 0
