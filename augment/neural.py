@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from augment.engines import DecodingSpec, EngineError, user_cache_dir
+from storage.files import build_dir_atomically
 from storage.ids import dir_fingerprint, fingerprint
 
 # ISO 639-1 -> FLORES-200 codes used by NLLB.
@@ -233,20 +234,16 @@ def convert_to_ct2(ref: str, revision: str, model_type: str) -> Path:
     target = ct2_cache_dir() / fingerprint(ref, revision)[:20]
     if (target / "model.bin").is_file():
         return target
-    staging = target.with_name(target.name + f".partial-{os.getpid()}")
-    if model_type == "fsmt":
-        from augment.ct2_fsmt import FSMTConverter
 
-        FSMTConverter(ref).convert(str(staging), force=True)
-    else:
-        ctranslate2.converters.TransformersConverter(ref).convert(str(staging), force=True)
-    try:
-        staging.rename(target)
-    except OSError:  # another process converted it first
-        import shutil
+    def convert(staging: Path) -> None:
+        if model_type == "fsmt":
+            from augment.ct2_fsmt import FSMTConverter
 
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+            FSMTConverter(ref).convert(str(staging), force=True)
+        else:
+            ctranslate2.converters.TransformersConverter(ref).convert(str(staging), force=True)
+
+    return build_dir_atomically(target, convert)
 
 
 class CT2Engine(_Seq2SeqEngine):

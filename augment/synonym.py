@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 
 from augment.engines import debian_version, user_cache_dir
+from storage.files import build_dir_atomically
 from storage.ids import fingerprint
 
 WORDNET_FILES = Path(os.environ.get("VIEWMILL_WORDNET_DIR", "/usr/share/wordnet"))
@@ -46,19 +47,15 @@ def _corpus_dir() -> Path:
     target = user_cache_dir() / f"wordnet-{fingerprint(str(WORDNET_FILES), version)[:12]}"
     if (target / "lexnames").is_file():
         return target
-    staging = target.with_name(target.name + f".partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for source in WORDNET_FILES.iterdir():
-        if not source.is_file():
-            continue
-        shutil.copy2(source, staging / source.name)
-    shutil.copy2(LEXNAMES, staging / "lexnames")
-    try:
-        staging.rename(target)
-    except OSError:  # another process finished first
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    def copy(staging: Path) -> None:
+        staging.mkdir(parents=True)
+        for source in WORDNET_FILES.iterdir():
+            if source.is_file():
+                shutil.copy2(source, staging / source.name)
+        shutil.copy2(LEXNAMES, staging / "lexnames")
+
+    return build_dir_atomically(target, copy)
 
 
 @cache

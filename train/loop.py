@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -14,6 +13,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from storage.files import build_dir_atomically
 from storage.ids import fingerprint
 from train.bsl import BSL
 from train.encoder import load_sentence_model
@@ -218,9 +218,6 @@ def bsl_step(
 
 def export(sentence_model, out_dir: Path, manifest: dict) -> None:
     """Save the online encoder as a sentence-transformers directory with a model card."""
-    staging = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    sentence_model.save(str(staging))
     lines = [
         f"# {out_dir.name}",
         "",
@@ -233,10 +230,13 @@ def export(sentence_model, out_dir: Path, manifest: dict) -> None:
         "",
         "Load with `SentenceTransformer(path)`. Metrics are in the lake's `evals` table.",
     ]
-    (staging / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
-    shutil.rmtree(out_dir, ignore_errors=True)
-    staging.rename(out_dir)
+
+    def write(staging: Path) -> None:
+        sentence_model.save(str(staging))
+        (staging / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+
+    build_dir_atomically(out_dir, write, replace=True)
 
 
 def is_complete_model(path: Path) -> bool:

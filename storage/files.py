@@ -1,0 +1,31 @@
+"""Directories that appear whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+
+def build_dir_atomically(target: Path, build: Callable[[Path], None], *, replace: bool = False) -> Path:
+    """Run `build(staging)` on a sibling staging folder, then rename it to `target`.
+
+    A reader never sees a half-written `target`, and a killed build leaves only a staging
+    folder that the next build clears. Without `replace`, a `target` that another process
+    finished first is kept and this build is dropped.
+    """
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        build(staging)
+        if replace:
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            staging.rename(target)
+        except OSError:
+            if replace or not target.exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
