@@ -13,6 +13,8 @@ command=$1; shift
 case "$command" in demo|test) ;; *) usage ;; esac
 
 SYSTEM_PACKAGES=(apertium apertium-eng-spa apertium-eng-cat wordnet-base)
+# The tests also start a real PostgreSQL server (the lake's multi-writer catalog).
+[ "$command" = test ] && SYSTEM_PACKAGES+=(postgresql)
 
 install_system_packages() {
   local missing=()

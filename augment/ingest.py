@@ -1,15 +1,15 @@
-"""Corpus readers: files in, normalised, deduplicated sentences out."""
+"""Ingest: raw records from the readers in, normalised, deduplicated sentences out."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 from sacremoses import MosesDetokenizer
 
+from augment.readers import READERS, CorpusError, Malformed, RawLine, ReadOptions
 from storage.ids import normalize_text, sentence_id
 from storage.schema import NLI_PAIRS, SENTENCES
 
@@ -17,18 +17,7 @@ from storage.schema import NLI_PAIRS, SENTENCES
 _SPLIT_NEGATION = re.compile(r"(\w) n't\b")
 
 
-class CorpusError(ValueError):
-    """A corpus file cannot be used; the message names the file and the fix."""
-
-
-@dataclass(frozen=True)
-class RawLine:
-    text: str
-    file: str
-    row: int  # 1-based line number
-    pair_id: str | None = None
-    nli_label: str | None = None
-    role: str | None = None  # "premise" or "hypothesis" in NLI data
+MAX_EXAMPLES = 10  # malformed records quoted in the run record
 
 
 @dataclass
@@ -39,8 +28,15 @@ class IngestStats:
     too_short: int = 0
     too_long: int = 0
     blank: int = 0
+    malformed: int = 0
+    malformed_examples: list[str] = field(default_factory=list)
     nli_pairs: int = 0
     per_file: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, record: Malformed) -> None:
+        self.malformed += 1
+        if len(self.malformed_examples) < MAX_EXAMPLES:
+            self.malformed_examples.append(record.describe())
 
 
 @dataclass
@@ -48,54 +44,6 @@ class IngestResult:
     sentences: pa.Table
     stats: IngestStats
     nli_pairs: pa.Table  # empty unless links were asked for and the format has them
-
-
-def read_lines(path: Path) -> list[str]:
-    """All lines of a UTF-8 text file; a bad byte is reported with its line number."""
-    if not path.is_file():
-        raise CorpusError(f"corpus file not found: {path} (fix the path in the recipe's corpus.files)")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line_no = data.count(b"\n", 0, exc.start) + 1
-        raise CorpusError(
-            f"{path}:{line_no}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
-        ) from None
-    return text.removeprefix("\ufeff").splitlines()
-
-
-def read_text_file(path: Path) -> Iterator[RawLine]:
-    """One sentence per line."""
-    for row, line in enumerate(read_lines(path), start=1):
-        yield RawLine(line, str(path), row)
-
-
-def read_senteval_nli(path: Path) -> Iterator[RawLine]:
-    """SentEval NLI layout: a file of sentences (s1.* or s2.*) beside labels.* of equal length.
-
-    The label is kept as origin metadata; pair ids are `<split>:<row>` so premise and
-    hypothesis of one pair share an id.
-    """
-    lines = read_lines(path)
-    split = path.suffix.lstrip(".") or "all"
-    role = {"s1": "premise", "s2": "hypothesis"}.get(path.stem)
-    labels_path = path.with_name(f"labels{path.suffix}")
-    labels: list[str | None] = [None] * len(lines)
-    if labels_path.is_file():
-        label_lines = read_lines(labels_path)
-        if len(label_lines) != len(lines):
-            raise CorpusError(
-                f"{labels_path} has {len(label_lines)} lines but {path} has {len(lines)}: "
-                "the SentEval layout needs one label per sentence line"
-            )
-        labels = [label.strip() or None for label in label_lines]
-    for row, (line, label) in enumerate(zip(lines, labels, strict=True), start=1):
-        yield RawLine(line, str(path), row, pair_id=f"{split}:{row}", nli_label=label, role=role)
-
-
-READERS = {"text": read_text_file, "senteval": read_senteval_nli}
 
 
 def ingest(
@@ -110,14 +58,19 @@ def ingest(
     limit: int | None,
     run_id: str,
     nli_links: bool = False,
+    on_error: str = "stop",
+    options: ReadOptions | None = None,
 ) -> IngestResult:
     """Read, normalise (NFC, whitespace), optionally detokenise, length-filter and dedupe.
 
-    With `nli_links`, also collect every labelled premise-hypothesis pair of NLI data (all
-    of it: `limit` and the length filter apply to sentences, not to the links).
-    Raises CorpusError if a file is missing or unreadable, or if nothing is left.
+    A malformed record stops the read with its file and line (`on_error="stop"`) or is
+    skipped and counted (`"skip"`). With `nli_links`, also collect every labelled
+    premise-hypothesis pair of NLI data (all of it: `limit` and the length filter apply to
+    sentences, not to the links). Raises CorpusError if a source is missing or unreadable,
+    or if nothing is left.
     """
     reader = READERS[fmt]
+    options = options or ReadOptions(lang=lang)
     detok = MosesDetokenizer(lang=lang) if detokenize else None
 
     def clean(raw_text: str) -> str:
@@ -132,10 +85,16 @@ def ingest(
     halves: dict[str, dict[str, tuple[str, RawLine]]] = {}
     for path in files:
         kept_before = stats.kept
-        for raw in reader(path):
+        for raw in reader(path, options):
             full = limit is not None and stats.kept >= limit
             if full and not nli_links:
                 break
+            if isinstance(raw, Malformed):
+                if on_error == "stop":
+                    raise CorpusError(f"{raw.describe()} (or set corpus.on_error: skip to skip and count such records)")
+                if not full:
+                    stats.skip(raw)
+                continue
             text = clean(raw.text)
             if nli_links and raw.pair_id is not None and raw.role is not None:
                 halves.setdefault(raw.pair_id, {})[raw.role] = (text, raw)
@@ -164,7 +123,7 @@ def ingest(
                     "sentence_id": sid,
                     "text": text,
                     "lang": lang,
-                    "split": Path(raw.file).suffix.lstrip(".") or None,
+                    "split": split_of(raw.file, fmt),
                     "origin": {
                         "file": raw.file,
                         "row": raw.row,
@@ -177,13 +136,14 @@ def ingest(
         stats.per_file[str(path)] = stats.kept - kept_before
     if nli_links:  # a premise file's hypotheses give its links even when not ingested themselves
         for path in _partner_files(files, fmt):
-            for raw in reader(path):
-                halves.setdefault(raw.pair_id, {})[raw.role] = (clean(raw.text), raw)
+            for raw in reader(path, options):
+                if isinstance(raw, RawLine):
+                    halves.setdefault(raw.pair_id, {})[raw.role] = (clean(raw.text), raw)
     if not rows:
         raise CorpusError(
             f"corpus '{corpus}' is empty after reading {len(files)} file(s) "
             f"({stats.lines} lines, {stats.blank} blank, {stats.too_short} shorter than "
-            f"{min_words} words, {stats.too_long} longer than {max_words}): "
+            f"{min_words} words, {stats.too_long} longer than {max_words}, {stats.malformed} malformed): "
             "point corpus.files at non-empty files or relax corpus.min_words/max_words"
         )
     links = nli_pair_rows(corpus, halves, run_id)
@@ -191,6 +151,19 @@ def ingest(
     return IngestResult(
         pa.Table.from_pylist(rows, schema=SENTENCES), stats, pa.Table.from_pylist(links, schema=NLI_PAIRS)
     )
+
+
+_SPLIT_IN_NAME = re.compile(r"(?:^|[_.-])(train|dev|test|validation)(_matched|_mismatched)?(?:$|[_.-])")
+
+
+def split_of(file: str, fmt: str) -> str | None:
+    """The data split a file holds: SentEval's suffix (s1.dev), else a split word in the
+    name (snli_1.0_dev.jsonl, dev_matched), else none."""
+    path = Path(file)
+    if fmt == "senteval":
+        return path.suffix.lstrip(".") or None
+    found = _SPLIT_IN_NAME.search(path.name)
+    return "".join(part for part in found.groups() if part) if found else None
 
 
 def _partner_files(files: list[Path], fmt: str) -> list[Path]:

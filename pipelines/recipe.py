@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from augment.augmenters import AugmenterSpec
 from augment.quality import FilterSpec
+from augment.readers import NLI_FORMATS, ReadOptions
 from storage.ids import canonical_json, fingerprint
 from train.evaluate import StsTask
 from train.loop import BSLConfig
@@ -19,20 +20,30 @@ class RecipeError(ValueError):
     """A recipe is unusable; the message names the field or file and the fix."""
 
 
-NLI_FORMATS = ("senteval",)
-
-
 class CorpusSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, description="defaults to the recipe's name")
-    format: Literal["text", "senteval"] = "text"
-    files: list[Path] = Field(min_length=1)
+    format: Literal["text", "book", "senteval", "nli-jsonl", "csv", "parquet", "hf"] = "text"
+    files: list[Path] = Field(min_length=1, description="files; for hf, hub ids or save_to_disk directories")
     lang: str = "en"
+    text_column: str | None = Field(None, description="csv, parquet and hf: the column with the text")
+    split: str = Field("train", description="hf: the dataset split")
+    config: str | None = Field(None, description="hf: the dataset configuration")
     detokenize: bool = False
     min_words: int = Field(3, ge=1)
     max_words: int = Field(64, ge=1)
     limit: int | None = Field(None, ge=1)
+    on_error: Literal["stop", "skip"] = Field("stop", description="a malformed record stops the run, or is counted")
+
+    @model_validator(mode="after")
+    def _column_where_needed(self) -> CorpusSpec:
+        if self.format in ("csv", "parquet", "hf") and not self.text_column:
+            raise ValueError(f"format {self.format} needs text_column: the name of the column with the text")
+        return self
+
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(lang=self.lang, text_column=self.text_column, split=self.split, config=self.config)
 
 
 class PairSpec(BaseModel):
@@ -138,7 +149,10 @@ def load_recipe(path: Path | str) -> Recipe:
     except ValidationError as exc:
         raise RecipeError(_format_validation_error(path, exc)) from None
     base = path.resolve().parent
-    recipe.corpus.files = [f if f.is_absolute() else (base / f).resolve() for f in recipe.corpus.files]
+    recipe.corpus.files = [
+        f if f.is_absolute() or (recipe.corpus.format == "hf" and not (base / f).exists()) else (base / f).resolve()
+        for f in recipe.corpus.files
+    ]  # an hf source that is not a local directory is a hub id
     if recipe.evaluate is not None:
         for task in recipe.evaluate.tasks:
             if not task.path.is_absolute():

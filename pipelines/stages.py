@@ -59,6 +59,8 @@ class RunContext:
                 limit=spec.limit,
                 run_id=self.run_id,
                 nli_links=self.recipe.wants_nli_links,
+                on_error=spec.on_error,
+                options=spec.read_options(),
             )
         return self._corpus
 
@@ -313,7 +315,13 @@ def run_recipe(
 def _counts(summary: dict[str, Any]) -> dict[str, Any]:
     counts: dict[str, Any] = {}
     if "ingest" in summary:
-        counts["sentences"] = summary["ingest"]["sentences"]
+        ingest = summary["ingest"]
+        counts["sentences"] = ingest["sentences"]
+        counts["ingest"] = {
+            key: ingest[key]
+            for key in ("lines", "duplicates", "too_short", "too_long", "blank", "malformed", "malformed_examples",
+                        "nli_pairs")
+        }  # fmt: skip
     for name, report in summary.get("augment", {}).items():
         counts[f"views.{name}"] = {k: report[k] for k in ("new_views", "kept", "rejected", "reasons", "cache")}
     if "snapshot" in summary:

@@ -6,9 +6,12 @@ every commit is a DuckLake snapshot that can be time-travelled to.
 
 from __future__ import annotations
 
+import fcntl
+import importlib
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,33 +19,48 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from storage.schema import TABLES
+from storage.schema import PARTITIONS, TABLES
 
 CATALOG_NAME = "lake"
+CATALOG_ENV = "VIEWMILL_CATALOG"
+DATA_PATH_ENV = "VIEWMILL_DATA_PATH"
 
 
 class LakeError(RuntimeError):
     """The lake cannot be opened or written; the message says why and what to do."""
 
 
-def ducklake_extension_path() -> Path:
-    """The DuckLake extension shipped by the `duckdb-extension-ducklake` wheel (no download)."""
+def s3_secret_sql() -> str:
+    """A DuckDB secret for s3:// data paths, from the usual AWS variables plus viewmill's own
+    for S3-compatible stores (MinIO, Ceph): VIEWMILL_S3_ENDPOINT, VIEWMILL_S3_URL_STYLE
+    (path or vhost), VIEWMILL_S3_USE_SSL (true or false)."""
+    env = os.environ
+    settings = {
+        "KEY_ID": env.get("AWS_ACCESS_KEY_ID"),
+        "SECRET": env.get("AWS_SECRET_ACCESS_KEY"),
+        "SESSION_TOKEN": env.get("AWS_SESSION_TOKEN"),
+        "REGION": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+        "ENDPOINT": env.get("VIEWMILL_S3_ENDPOINT"),
+        "URL_STYLE": env.get("VIEWMILL_S3_URL_STYLE"),
+    }
+    parts = ["TYPE s3"] + [f"{key} {_sql_literal(value)}" for key, value in settings.items() if value]
+    if env.get("VIEWMILL_S3_USE_SSL"):
+        parts.append(f"USE_SSL {env['VIEWMILL_S3_USE_SSL'].lower() in ('1', 'true', 'yes')}")
+    return f"CREATE OR REPLACE SECRET viewmill_s3 ({', '.join(parts)})"
+
+
+def extension_path(name: str) -> Path:
+    """A DuckDB extension shipped by its `duckdb-extension-<name>` wheel (no download at run time)."""
+    package = f"duckdb-extension-{name}=={duckdb.__version__}"
     try:
-        import duckdb_extension_ducklake
-    except ImportError as exc:  # pragma: no cover - install problem
-        raise LakeError(
-            f"the DuckLake extension is not installed: pip install duckdb-extension-ducklake=={duckdb.__version__}"
-        ) from exc
-    path = (
-        Path(duckdb_extension_ducklake.__file__).parent
-        / "extensions"
-        / f"v{duckdb.__version__}"
-        / "ducklake.duckdb_extension"
-    )
+        module = importlib.import_module(f"duckdb_extension_{name}")
+    except ImportError as exc:
+        raise LakeError(f"the DuckDB extension '{name}' is not installed: pip install {package}") from exc
+    path = Path(module.__file__).parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
     if not path.exists():
         raise LakeError(
-            f"no DuckLake extension for duckdb {duckdb.__version__} at {path}: install "
-            f"duckdb-extension-ducklake=={duckdb.__version__} (versions must match exactly)"
+            f"no '{name}' extension for duckdb {duckdb.__version__} at {path}: "
+            f"pip install {package} (versions must match exactly)"
         )
     return path
 
@@ -51,47 +69,139 @@ def _sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-class Lake:
-    """A DuckLake-backed lake rooted at a directory (catalog file + Parquet data)."""
+@dataclass(frozen=True)
+class Catalog:
+    """Where the lake's metadata lives: `sqlite` (default: local, several processes),
+    `duckdb` (one process at a time) or `postgres:<libpq conninfo>` (several machines)."""
 
-    def __init__(self, root: Path | str, *, read_only: bool = False) -> None:
+    kind: str
+    target: str  # a file path, or a PostgreSQL connection string
+
+    @classmethod
+    def parse(cls, spec: str | None, root: Path) -> Catalog:
+        spec = spec or os.environ.get(CATALOG_ENV)
+        if not spec:
+            legacy = root / "catalog.ducklake"  # lakes made before SQLite became the default
+            return cls("duckdb", str(legacy)) if legacy.exists() else cls("sqlite", str(root / "catalog.sqlite"))
+        kind, _, target = spec.partition(":")
+        if kind == "postgres" and target.strip():
+            return cls("postgres", target.strip())
+        if kind in ("sqlite", "duckdb"):
+            default = root / ("catalog.sqlite" if kind == "sqlite" else "catalog.ducklake")
+            return cls(kind, target or str(default))
+        raise LakeError(
+            f"catalog '{spec}' is not understood: use sqlite[:PATH], duckdb[:PATH] or "
+            f"postgres:dbname=... host=... (set with --catalog or {CATALOG_ENV})"
+        )
+
+    @property
+    def uri(self) -> str:
+        return "ducklake:" + (self.target if self.kind == "duckdb" else f"{self.kind}:{self.target}")
+
+    @property
+    def extension(self) -> str | None:
+        return {"sqlite": "sqlite_scanner", "postgres": "postgres_scanner"}.get(self.kind)
+
+    def exists(self) -> bool:
+        return self.kind == "postgres" or Path(self.target).exists()
+
+
+class WriterLock:
+    """Serialises the lake's writers from before a transaction starts until it commits.
+
+    DuckLake retries concurrent appends instead of failing them, so two writers that
+    check "which keys are new?" at the same time would both insert the same keys. Under
+    this lock a writer's snapshot includes every earlier commit. Local catalogs use a
+    file lock beside the catalog; PostgreSQL an advisory lock held by its own session.
+    """
+
+    def __init__(self, catalog: Catalog, root: Path) -> None:
+        self.catalog, self.root = catalog, root
+        self._file = None
+        self._pg = None
+
+    def acquire(self) -> None:
+        if self.catalog.kind == "postgres":
+            import psycopg
+
+            self._pg = psycopg.connect(self.catalog.target, autocommit=True)
+            self._pg.execute("SELECT pg_advisory_lock(hashtext('viewmill-lake-writer'))")
+        else:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.root / "writer.lock", "a")  # noqa: SIM115 - held across calls
+            fcntl.flock(self._file, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self._pg is not None:
+            self._pg.close()  # ends the session, which drops its advisory lock
+            self._pg = None
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+
+class Lake:
+    """A DuckLake: Parquet data files (local or s3://) under a catalog (SQLite, DuckDB or PostgreSQL).
+
+    `root` holds the local catalog file and, unless `data_path` says otherwise, the data.
+    Readers see committed snapshots and never wait for a writer (SQLite and PostgreSQL
+    catalogs); writers take turns through `WriterLock`.
+    """
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        read_only: bool = False,
+        catalog: str | None = None,
+        data_path: str | None = None,
+    ) -> None:
         self.root = Path(root)
         self.read_only = read_only
-        self.catalog_path = self.root / "catalog.ducklake"
-        self.data_path = self.root / "data"
-        if read_only and not self.catalog_path.exists():
+        self.catalog = Catalog.parse(catalog, self.root)
+        self.data_path = data_path or os.environ.get(DATA_PATH_ENV) or str(self.root / "data")
+        if read_only and not self.catalog.exists():
             raise LakeError(
                 f"no lake at {self.root}: run a recipe first (viewmill run recipes/demo.yaml) "
                 "or point --state-dir at an existing state directory"
             )
         if not read_only:
-            self.data_path.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(parents=True, exist_ok=True)
+            if not self.data_path.startswith("s3://"):
+                Path(self.data_path).mkdir(parents=True, exist_ok=True)
+        self._lock = WriterLock(self.catalog, self.root)
+        self._lock_depth = 0
         self.con = duckdb.connect(config={"threads": max(1, os.cpu_count() or 1)})
-        self.con.execute(f"LOAD {_sql_literal(str(ducklake_extension_path()))}")
-        options = (
-            ["READ_ONLY"]
-            if read_only
-            else [
-                f"DATA_PATH {_sql_literal(str(self.data_path) + '/')}",
-                # Small commits still become Parquet files, so the data stays plain Parquet.
-                "DATA_INLINING_ROW_LIMIT 0",
-            ]
-        )
         try:
-            self.con.execute(
-                f"ATTACH {_sql_literal('ducklake:' + str(self.catalog_path))} AS {CATALOG_NAME} ({', '.join(options)})"
-            )
-        except duckdb.IOException as exc:
+            self._attach()
+        except BaseException:
             self.con.close()
+            raise
+        if not read_only:
+            with self._writing():
+                self._create_tables()
+
+    def _attach(self) -> None:
+        for name in ("ducklake", self.catalog.extension):
+            if name:
+                self.con.execute(f"LOAD {_sql_literal(str(extension_path(name)))}")
+        if self.data_path.startswith("s3://"):
+            self.con.execute(f"LOAD {_sql_literal(str(extension_path('httpfs')))}")
+            self.con.execute(s3_secret_sql())
+        data = self.data_path.rstrip("/") + "/"
+        # Small commits still become Parquet files, so the data stays plain Parquet.
+        options = ["READ_ONLY"] if self.read_only else [f"DATA_PATH {_sql_literal(data)}", "DATA_INLINING_ROW_LIMIT 0"]
+        try:
+            self.con.execute(f"ATTACH {_sql_literal(self.catalog.uri)} AS {CATALOG_NAME} ({', '.join(options)})")
+        except (duckdb.IOException, duckdb.CatalogException, duckdb.InvalidInputException) as exc:
             if "lock" in str(exc).lower():
                 raise LakeError(
-                    f"the lake at {self.root} is locked by another process (a run in progress?): "
-                    "wait for it to finish and try again"
+                    f"the lake at {self.root} is locked by another process (a run in progress with a duckdb "
+                    "catalog?): wait for it to finish, or use the sqlite catalog, which lets readers in"
                 ) from exc
-            raise
+            raise LakeError(f"cannot open the lake catalog {self.catalog.uri}: {exc}") from exc
         self.con.execute(f"USE {CATALOG_NAME}")
-        if not read_only:
-            self._create_tables()
 
     def _create_tables(self) -> None:
         existing = {row[0] for row in self.con.execute("SHOW TABLES").fetchall()}
@@ -102,6 +212,8 @@ class Lake:
             self.con.register("_empty", empty)
             self.con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty LIMIT 0")
             self.con.unregister("_empty")
+            if name in PARTITIONS:
+                self.con.execute(f"ALTER TABLE {name} SET PARTITIONED BY ({', '.join(PARTITIONS[name])})")
 
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:
@@ -114,38 +226,66 @@ class Lake:
         self.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """All writes inside commit together or not at all."""
-        self.con.execute("BEGIN TRANSACTION")
+    def _writing(self) -> Iterator[None]:
+        if self.read_only:
+            raise LakeError("this lake was opened read-only; open it without read_only to write")
+        self._lock_depth += 1
+        if self._lock_depth == 1:
+            self._lock.acquire()
         try:
             yield
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
-        self.con.execute("COMMIT")
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0:
+                self._lock.release()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All writes inside commit together or not at all, and no other writer commits in between."""
+        with self._writing():
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                yield
+            except BaseException:
+                self.con.execute("ROLLBACK")
+                raise
+            self.con.execute("COMMIT")
 
     # -- writes --------------------------------------------------------------------
-    def append(self, table: str, rows: pa.Table, unique_on: Sequence[str] = ()) -> int:
+    def append(self, table: str, rows: pa.Table | pa.RecordBatchReader, unique_on: Sequence[str] = ()) -> int:
         """Append rows, conformed to the table's schema; with `unique_on`, only new keys.
 
-        Returns the number of rows inserted.
+        A RecordBatchReader is streamed: DuckDB pulls batches as it writes Parquet, so
+        memory stays flat however many rows come. Returns the number of rows inserted.
         """
-        if rows.num_rows == 0:
-            return 0
         schema = TABLES[table]
-        rows = rows.select(schema.names).cast(schema)
+        if isinstance(rows, pa.Table):
+            if rows.num_rows == 0:
+                return 0
+            incoming: pa.Table | pa.RecordBatchReader = rows.select(schema.names).cast(schema)
+        else:
+            incoming = pa.RecordBatchReader.from_batches(
+                schema, (batch.select(schema.names).cast(schema) for batch in rows)
+            )
         columns = ", ".join(schema.names)
-        self.con.register("_incoming", rows)
-        try:
-            if unique_on:
-                keys = ", ".join(unique_on)
-                source = f"(SELECT DISTINCT ON ({keys}) * FROM _incoming) AS s ANTI JOIN {table} USING ({keys})"
-            else:
-                source = "_incoming"
-            inserted = self.con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {source}").fetchone()
-        finally:
-            self.con.unregister("_incoming")
-        return int(inserted[0]) if inserted else 0
+        if unique_on:
+            keys = ", ".join(unique_on)
+            source = f"(SELECT DISTINCT ON ({keys}) * FROM _incoming) AS s ANTI JOIN {table} USING ({keys})"
+        else:
+            source = "_incoming"
+        with self._writing():
+            self.con.register("_incoming", incoming)
+            try:
+                inserted = self.con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {source}")
+                count = inserted.fetchone()
+            finally:
+                self.con.unregister("_incoming")
+        return int(count[0]) if count else 0
+
+    def compact(self) -> None:
+        """Merge the small Parquet files that chunked commits leave into larger ones."""
+        with self._writing():
+            self.con.execute(f"CALL ducklake_merge_adjacent_files({_sql_literal(CATALOG_NAME)})")
 
     # -- reads ---------------------------------------------------------------------
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:

@@ -185,3 +185,6 @@ TABLES: dict[str, pa.Schema] = {
     "models": MODELS,
     "evals": EVALS,
 }
+
+# Hive-style partition columns: queries per augmenter read only their files.
+PARTITIONS: dict[str, tuple[str, ...]] = {"views": ("augmenter",), "translations": ("tgt_lang",)}

@@ -130,3 +130,14 @@ evaluate:
         encoding="utf-8",
     )
     return recipe
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn():
+    """A libpq connection string to a real PostgreSQL server started for this test session."""
+    from tests.postgres import postgres_bin, postgres_server
+
+    if postgres_bin() is None:
+        pytest.skip("PostgreSQL is not installed: apt-get install postgresql")
+    with postgres_server() as dsn:
+        yield dsn

@@ -65,31 +65,54 @@ def test_missing_lake_read_only_names_the_fix(tmp_path):
         Lake(tmp_path / "nowhere", read_only=True)
 
 
-def test_a_lake_held_by_a_running_writer_gives_a_clear_error(tmp_path):
+def _hold(tmp_path, body: str, catalog: str | None = None):
+    """A second process that opens the lake, runs `body`, prints 'open' and waits to be killed."""
     import subprocess
     import sys
     import textwrap
 
-    Lake(tmp_path / "lake").close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(f"""
-            import sys, time
-            from storage.lake import Lake
-            lake = Lake({str(tmp_path / "lake")!r})
-            print("open", flush=True)
-            time.sleep(60)
-        """),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    script = textwrap.dedent(f"""
+        import time
+        import pyarrow as pa
+        from storage.lake import Lake
+        from storage.schema import EVALS
+        lake = Lake({str(tmp_path / "lake")!r}, catalog={catalog!r})
+        {body}
+        print("open", flush=True)
+        time.sleep(60)
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "open"
+    return holder
+
+
+def test_readers_never_wait_for_a_writer_mid_transaction(tmp_path):
+    with Lake(tmp_path / "lake") as lake:
+        lake.append("evals", _eval_rows([("committed", 1.0)]))
+    body = (
+        "lake.con.execute('BEGIN TRANSACTION'); "
+        "lake.append('evals', pa.Table.from_pylist([{'model': 'm', 'task': 'pending'}], schema=EVALS))"
     )
+    holder = _hold(tmp_path, body)
     try:
-        assert holder.stdout.readline().strip() == "open"
-        with pytest.raises(LakeError, match="locked by another process"):
+        with Lake(tmp_path / "lake", read_only=True) as reader:
+            assert reader.arrow("SELECT task FROM evals")["task"].to_pylist() == ["committed"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_duckdb_catalog_held_by_a_writer_gives_a_clear_error(tmp_path):
+    Lake(tmp_path / "lake", catalog="duckdb").close()
+    holder = _hold(tmp_path, "pass", catalog="duckdb")
+    try:
+        with pytest.raises(LakeError, match="locked by another process.*sqlite catalog"):
             Lake(tmp_path / "lake", read_only=True)
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_unknown_catalog_names_the_choices(tmp_path):
+    with pytest.raises(LakeError, match="sqlite.*duckdb.*postgres:dbname"):
+        Lake(tmp_path / "lake", catalog="oracle:x")

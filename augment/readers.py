@@ -1,0 +1,256 @@
+"""Corpus readers: each turns one source into raw sentences (with origins) and reports
+malformed records instead of failing on them; `ingest` applies the recipe's policy."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class CorpusError(ValueError):
+    """A corpus cannot be used; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class RawLine:
+    text: str
+    file: str
+    row: int  # 1-based line (or record) number
+    pair_id: str | None = None
+    nli_label: str | None = None
+    role: str | None = None  # "premise" or "hypothesis" in NLI data
+
+
+@dataclass(frozen=True)
+class Malformed:
+    file: str
+    row: int
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.file}:{self.row}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    lang: str = "en"
+    text_column: str | None = None  # csv, parquet, hf
+    split: str = "train"  # hf
+    config: str | None = None  # hf
+
+
+Record = RawLine | Malformed
+Reader = Callable[[Path, ReadOptions], Iterator[Record]]
+
+
+def _require_file(path: Path) -> None:
+    if not path.is_file():
+        raise CorpusError(f"corpus file not found: {path} (fix the path in the recipe's corpus.files)")
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str | Malformed]]:
+    """(line number, text) for each line; a line that is not UTF-8 comes as Malformed."""
+    _require_file(path)
+    data = path.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    for row, raw in enumerate(data.splitlines(), start=1):
+        try:
+            yield row, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield row, Malformed(
+                str(path), row,
+                f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8",
+            )  # fmt: skip
+
+
+def read_lines(path: Path) -> list[str]:
+    """All lines of a UTF-8 file, for structural files (labels) where a bad line is fatal."""
+    lines = []
+    for _, line in iter_lines(path):
+        if isinstance(line, Malformed):
+            raise CorpusError(line.describe())
+        lines.append(line)
+    return lines
+
+
+def read_text_file(path: Path, options: ReadOptions) -> Iterator[Record]:
+    """One sentence per line."""
+    for row, line in iter_lines(path):
+        yield line if isinstance(line, Malformed) else RawLine(line, str(path), row)
+
+
+def read_book(path: Path, options: ReadOptions) -> Iterator[Record]:
+    """Running text (books, articles): paragraphs are separated by blank lines, lines within
+    a paragraph are joined, and pysbd splits each paragraph into sentences."""
+    import pysbd
+
+    try:
+        segmenter = pysbd.Segmenter(language=options.lang, clean=False)
+    except ValueError:
+        raise CorpusError(f"no sentence splitter for language '{options.lang}' (pysbd); set corpus.lang") from None
+    paragraph: list[str] = []
+    start = 0
+
+    def flush() -> Iterator[Record]:
+        if paragraph:
+            for sentence in segmenter.segment(" ".join(paragraph)):
+                yield RawLine(sentence, str(path), start)
+
+    for row, line in iter_lines(path):
+        if isinstance(line, Malformed):
+            yield line
+            continue
+        if line.strip():
+            if not paragraph:
+                start = row
+            paragraph.append(line.strip())
+        else:
+            yield from flush()
+            paragraph = []
+    yield from flush()
+
+
+def read_senteval_nli(path: Path, options: ReadOptions) -> Iterator[Record]:
+    """SentEval NLI layout: a file of sentences (s1.* or s2.*) beside labels.* of equal length.
+
+    The label is kept as origin metadata; pair ids are `<split>:<row>` so premise and
+    hypothesis of one pair share an id.
+    """
+    lines = list(iter_lines(path))
+    split = path.suffix.lstrip(".") or "all"
+    role = {"s1": "premise", "s2": "hypothesis"}.get(path.stem)
+    labels_path = path.with_name(f"labels{path.suffix}")
+    labels: list[str | None] = [None] * len(lines)
+    if labels_path.is_file():
+        label_lines = read_lines(labels_path)
+        if len(label_lines) != len(lines):
+            raise CorpusError(
+                f"{labels_path} has {len(label_lines)} lines but {path} has {len(lines)}: "
+                "the SentEval layout needs one label per sentence line"
+            )
+        labels = [label.strip() or None for label in label_lines]
+    for (row, line), label in zip(lines, labels, strict=True):
+        if isinstance(line, Malformed):
+            yield line
+        else:
+            yield RawLine(line, str(path), row, pair_id=f"{split}:{row}", nli_label=label, role=role)
+
+
+def read_nli_jsonl(path: Path, options: ReadOptions) -> Iterator[Record]:
+    """SNLI and MultiNLI in their official jsonl form: sentence1, sentence2, gold_label
+    (and pairID); each record gives a premise and a hypothesis."""
+    for row, line in iter_lines(path):
+        if isinstance(line, Malformed):
+            yield line
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield Malformed(str(path), row, f"not a JSON object ({exc.msg} at column {exc.colno})")
+            continue
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("sentence1", "sentence2")):
+            yield Malformed(str(path), row, "a record needs string fields sentence1 and sentence2")
+            continue
+        pair_id = str(record.get("pairID") or f"{path.name}:{row}")
+        label = record.get("gold_label") or None
+        for role, key in (("premise", "sentence1"), ("hypothesis", "sentence2")):
+            yield RawLine(record[key], str(path), row, pair_id=pair_id, nli_label=label, role=role)
+
+
+def _text_column(options: ReadOptions, fmt: str) -> str:
+    if not options.text_column:
+        raise CorpusError(f"format {fmt} needs corpus.text_column: the name of the column that holds the text")
+    return options.text_column
+
+
+def _missing_column(path: Path | str, column: str, available: list[str]) -> CorpusError:
+    return CorpusError(
+        f"{path} has no column '{column}' (columns: {', '.join(available)}): set corpus.text_column to one of them"
+    )
+
+
+def read_csv(path: Path, options: ReadOptions) -> Iterator[Record]:
+    """CSV with a header row; the text is in `text_column`."""
+    column = _text_column(options, "csv")
+    _require_file(path)
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is None or column not in reader.fieldnames:
+                raise _missing_column(path, column, list(reader.fieldnames or []))
+            for record in reader:
+                row = reader.line_num
+                value = record.get(column)
+                if None in record or value is None:
+                    yield Malformed(str(path), row, f"expected {len(reader.fieldnames)} fields, got another count")
+                else:
+                    yield RawLine(value, str(path), row)
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{path}: not valid UTF-8 ({exc.reason}); re-encode it, e.g. iconv -t utf-8") from None
+
+
+def read_parquet(path: Path, options: ReadOptions) -> Iterator[Record]:
+    """Parquet, streamed in record batches; the text is in `text_column`."""
+    import pyarrow.parquet as pq
+
+    column = _text_column(options, "parquet")
+    _require_file(path)
+    parquet = pq.ParquetFile(path)
+    if column not in parquet.schema_arrow.names:
+        raise _missing_column(path, column, parquet.schema_arrow.names)
+    row = 0
+    for batch in parquet.iter_batches(columns=[column], batch_size=65536):
+        for value in batch.column(0).to_pylist():
+            row += 1
+            if isinstance(value, str):
+                yield RawLine(value, str(path), row)
+            else:
+                yield Malformed(str(path), row, f"'{column}' is {type(value).__name__}, not text")
+
+
+def read_hf_dataset(source: Path, options: ReadOptions) -> Iterator[Record]:
+    """A Hugging Face dataset: a hub id (streamed, needs the hub) or a directory written by
+    `Dataset.save_to_disk` (offline)."""
+    try:
+        import datasets
+    except ImportError:
+        raise CorpusError("format hf needs the datasets package: pip install datasets") from None
+    column = _text_column(options, "hf")
+    name = str(source)
+    try:
+        if Path(name).is_dir():
+            data = datasets.load_from_disk(name)
+            if isinstance(data, datasets.DatasetDict):
+                data = data[options.split]
+        else:
+            data = datasets.load_dataset(name, options.config, split=options.split, streaming=True)
+    except (FileNotFoundError, ValueError, KeyError, ConnectionError) as exc:
+        raise CorpusError(f"cannot load Hugging Face dataset '{name}' (split {options.split}): {exc}") from None
+    names = list(data.column_names or [])
+    if names and column not in names:
+        raise _missing_column(name, column, names)
+    for row, record in enumerate(data, start=1):
+        value = record.get(column)
+        if isinstance(value, str):
+            yield RawLine(value, name, row)
+        else:
+            yield Malformed(name, row, f"'{column}' is {type(value).__name__}, not text")
+
+
+READERS: dict[str, Reader] = {
+    "text": read_text_file,
+    "book": read_book,
+    "senteval": read_senteval_nli,
+    "nli-jsonl": read_nli_jsonl,
+    "csv": read_csv,
+    "parquet": read_parquet,
+    "hf": read_hf_dataset,
+}
+NLI_FORMATS = ("senteval", "nli-jsonl")

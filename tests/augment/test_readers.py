@@ -1,0 +1,114 @@
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from augment.ingest import ingest
+from augment.readers import CorpusError, ReadOptions
+
+
+def _ingest(files, fmt, **overrides):
+    options = dict(corpus="c", fmt=fmt, lang="en", detokenize=False, min_words=2, max_words=40, limit=None, run_id="r")
+    options.update(overrides)
+    return ingest(files, **options)
+
+
+def _snli(tmp_path, name="snli_1.0_dev.jsonl"):
+    records = [
+        {"sentence1": "A man plays a guitar.", "sentence2": "A person makes music.", "gold_label": "entailment",
+         "pairID": "p1"},
+        {"sentence1": "A man plays a guitar.", "sentence2": "Nobody plays.", "gold_label": "-", "pairID": "p2"},
+    ]  # fmt: skip
+    lines = [json.dumps(r) for r in records] + ['{"sentence1": "broken', json.dumps({"sentence1": "only one side"})]
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_nli_jsonl_stops_on_a_malformed_record_by_default(tmp_path):
+    path = _snli(tmp_path)
+    with pytest.raises(CorpusError, match=r"snli_1.0_dev.jsonl:3: not a JSON object.*on_error: skip"):
+        _ingest([path], "nli-jsonl")
+
+
+def test_nli_jsonl_skips_and_counts_malformed_records_and_keeps_labelled_pairs(tmp_path):
+    result = _ingest([_snli(tmp_path)], "nli-jsonl", on_error="skip", nli_links=True)
+    assert result.sentences["text"].to_pylist() == ["A man plays a guitar.", "A person makes music.", "Nobody plays."]
+    assert result.stats.malformed == 2
+    assert result.stats.malformed_examples[1].endswith(":4: a record needs string fields sentence1 and sentence2")
+    assert result.sentences["split"].to_pylist() == ["dev"] * 3
+    origin = result.sentences["origin"][1].as_py()
+    assert (origin["pair_id"], origin["nli_label"], origin["row"]) == ("p1", "entailment", 1)
+    links = result.nli_pairs.to_pylist()
+    assert [(r["pair_id"], r["label"]) for r in links] == [("p1", "entailment")], "'-' has no gold label"
+
+
+def test_multinli_split_names(tmp_path):
+    result = _ingest([_snli(tmp_path, "multinli_1.0_dev_mismatched.jsonl")], "nli-jsonl", on_error="skip")
+    assert set(result.sentences["split"].to_pylist()) == {"dev_mismatched"}
+
+
+def test_book_text_is_split_into_sentences_across_wrapped_lines(tmp_path):
+    path = tmp_path / "book.txt"
+    path.write_text(
+        "CHAPTER ONE\n\nMr. Smith went to\nWashington on Monday. He arrived at 5 p.m. and\nslept.\n\n"
+        '"Is it late?" she asked. It was.\n',
+        encoding="utf-8",
+    )
+    result = _ingest([path], "book", min_words=2)
+    texts = result.sentences["text"].to_pylist()
+    assert texts == [
+        "CHAPTER ONE",
+        "Mr. Smith went to Washington on Monday.",
+        "He arrived at 5 p.m. and slept.",
+        '"Is it late?" she asked.',
+        "It was.",
+    ]
+    rows = [o["row"] for o in result.sentences["origin"].to_pylist()]
+    assert rows == [1, 3, 3, 7, 7], "a sentence's origin is the line its paragraph starts on"
+    with pytest.raises(CorpusError, match="no sentence splitter for language 'xx'"):
+        _ingest([path], "book", lang="xx")
+
+
+def test_csv_text_column_bad_rows_and_missing_column(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text('id,text\n1,"A quoted, comma sentence."\n2,Plain words here\n3,too,many,fields\n', encoding="utf-8")
+    options = ReadOptions(text_column="text")
+    result = _ingest([path], "csv", options=options, on_error="skip")
+    assert result.sentences["text"].to_pylist() == ["A quoted, comma sentence.", "Plain words here"]
+    assert result.stats.malformed == 1 and ":4:" in result.stats.malformed_examples[0]
+    with pytest.raises(CorpusError, match=r"no column 'sentence' \(columns: id, text\).*text_column"):
+        _ingest([path], "csv", options=ReadOptions(text_column="sentence"))
+
+
+def test_parquet_is_streamed_by_column(tmp_path):
+    path = tmp_path / "data.parquet"
+    texts = [f"sentence number {i}" for i in range(100_000)] + [None]
+    pq.write_table(pa.table({"id": range(len(texts)), "body": texts}), path, row_group_size=10_000)
+    result = _ingest([path], "parquet", options=ReadOptions(text_column="body"), on_error="skip", limit=5)
+    assert result.sentences["text"].to_pylist() == [f"sentence number {i}" for i in range(5)]
+    full = _ingest([path], "parquet", options=ReadOptions(text_column="body"), on_error="skip")
+    assert full.sentences.num_rows == 100_000 and full.stats.malformed == 1
+
+
+def test_hugging_face_dataset_saved_to_disk(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    splits = datasets.DatasetDict(
+        train=datasets.Dataset.from_dict({"sentence": ["A first training sentence.", "Another training sentence."]}),
+        test=datasets.Dataset.from_dict({"sentence": ["A held out sentence."]}),
+    )
+    splits.save_to_disk(str(tmp_path / "ds"))
+    result = _ingest([tmp_path / "ds"], "hf", options=ReadOptions(text_column="sentence", split="test"))
+    assert result.sentences["text"].to_pylist() == ["A held out sentence."]
+    with pytest.raises(CorpusError, match="no column 'text'"):
+        _ingest([tmp_path / "ds"], "hf", options=ReadOptions(text_column="text"))
+
+
+def test_text_with_a_bad_byte_is_skipped_and_counted(tmp_path):
+    path = tmp_path / "latin.txt"
+    path.write_bytes(b"first good line\ncaf\xe9 au lait\nthird good line\n")
+    result = _ingest([path], "text", on_error="skip")
+    assert result.sentences["text"].to_pylist() == ["first good line", "third good line"]
+    hint = "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
+    assert result.stats.malformed_examples == [f"{path}:2: not valid UTF-8 (byte 0xe9 at column 4); {hint}"]
