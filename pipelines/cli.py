@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +15,7 @@ from augment.engines import EngineError
 from augment.ingest import CorpusError
 from pipelines.recipe import RecipeError, load_recipe
 from pipelines.state import StatePaths
-from storage.lake import Lake, LakeError
+from storage.lake import CATALOG_ENV, Lake, LakeError
 from train.encoder import EncoderError
 from train.evaluate import EvalDataError
 
@@ -29,6 +30,24 @@ USER_ERRORS = (RecipeError, CorpusError, EngineError, LakeError, EncoderError, E
 StateDir = Annotated[
     Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")
 ]
+CatalogOption = Annotated[
+    str | None,
+    typer.Option(
+        "--catalog",
+        help="lake catalog: sqlite (default), duckdb, or postgres:'dbname=... host=...' (default $VIEWMILL_CATALOG)",
+    ),
+]
+
+
+def _use_catalog(catalog: str | None) -> None:
+    # Every Lake opened by this process (stages, Prefect tasks) reads the same setting.
+    if catalog:
+        os.environ[CATALOG_ENV] = catalog
+
+
+def _open_lake(state_dir: Path | None, catalog: str | None) -> Lake:
+    _use_catalog(catalog)
+    return Lake(StatePaths.resolve(state_dir).lake, read_only=True)
 
 
 def _fail(exc: Exception) -> None:
@@ -40,6 +59,7 @@ def _fail(exc: Exception) -> None:
 def run(
     recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
     state_dir: StateDir = None,
+    catalog: CatalogOption = None,
     prefect: Annotated[
         bool, typer.Option(help="run as a Prefect flow (ephemeral API unless PREFECT_API_URL is set)")
     ] = True,
@@ -51,6 +71,7 @@ def run(
     from pipelines.report import render_summary
 
     hf_logging.disable_progress_bar()  # viewmill's own bars say what is happening
+    _use_catalog(catalog)
     state = StatePaths.resolve(state_dir)
     try:
         parsed = load_recipe(recipe)
@@ -92,6 +113,7 @@ def _print_table(table, fmt: str) -> None:
 def sql(
     query: Annotated[str, typer.Argument(help="DuckDB SQL over the lake's tables")],
     state_dir: StateDir = None,
+    catalog: CatalogOption = None,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json (one object a line)")] = "table",
 ) -> None:
     """Answer an ad hoc question over the lake (read-only)."""
@@ -100,7 +122,7 @@ def sql(
     if fmt not in {"table", "csv", "json"}:
         _fail(ValueError(f"unknown --format '{fmt}': use table, csv or json"))
     try:
-        with Lake(StatePaths.resolve(state_dir).lake, read_only=True) as lake:
+        with _open_lake(state_dir, catalog) as lake:
             table = lake.arrow(query)
     except USER_ERRORS as exc:
         _fail(exc)
@@ -110,10 +132,10 @@ def sql(
 
 
 @lake_app.command("snapshots")
-def snapshots(state_dir: StateDir = None) -> None:
+def snapshots(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
     """List the named pairs snapshots."""
     try:
-        with Lake(StatePaths.resolve(state_dir).lake, read_only=True) as lake:
+        with _open_lake(state_dir, catalog) as lake:
             table = lake.arrow(
                 "SELECT snapshot, recipe, corpus, n_pairs, lake_version, created_at, run_id "
                 "FROM snapshots ORDER BY created_at"
@@ -121,6 +143,39 @@ def snapshots(state_dir: StateDir = None) -> None:
     except USER_ERRORS as exc:
         _fail(exc)
     _print_table(table, "table")
+
+
+@lake_app.command("export")
+def export(
+    snapshot: Annotated[str, typer.Argument(help="snapshot name (see viewmill lake snapshots)")],
+    out: Annotated[Path, typer.Argument(help="output file, .parquet or .jsonl")],
+    fmt: Annotated[str | None, typer.Option("--format", help="parquet or jsonl (default: from the suffix)")] = None,
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """Export a pairs snapshot for other tools."""
+    from storage.snapshots import export_snapshot
+
+    try:
+        with _open_lake(state_dir, catalog) as lake:
+            n = export_snapshot(lake, snapshot, out, fmt)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    console.print(f"wrote {n} pairs of {snapshot} to {out}", highlight=False)
+
+
+@lake_app.command("compact")
+def compact(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
+    """Merge small Parquet files (many chunked commits) into larger ones."""
+    _use_catalog(catalog)
+    try:
+        with Lake(StatePaths.resolve(state_dir).lake) as lake:
+            before = lake.scalar("SELECT count(*) FROM ducklake_list_files('lake', 'views')")
+            lake.compact()
+            after = lake.scalar("SELECT count(*) FROM ducklake_list_files('lake', 'views')")
+    except USER_ERRORS as exc:
+        _fail(exc)
+    console.print(f"views: {before} -> {after} data files")
 
 
 if __name__ == "__main__":

@@ -102,6 +102,8 @@ def augment_stage(ctx: RunContext, augmenter: str) -> dict[str, Any]:
         report = make_views(
             lake, ctx.recipe.corpus_name, spec, ctx.recipe.filters, run_id=ctx.run_id, on_progress=advance
         )
+        if report.new_views:
+            lake.compact()  # chunked commits leave many small files
     return report.as_dict()
 
 

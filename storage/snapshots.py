@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -97,11 +98,46 @@ def create_pairs_snapshot(
     return Snapshot(name, n, content_hash, lake.version(), True)
 
 
-def read_pairs(lake: Lake, snapshot: str) -> pa.Table:
-    """The pairs of a named snapshot, in a stable order."""
+def _require_snapshot(lake: Lake, snapshot: str) -> None:
     if lake.scalar("SELECT count(*) FROM snapshots WHERE snapshot = ?", [snapshot]) == 0:
         known = [r[0] for r in lake.con.execute("SELECT snapshot FROM snapshots ORDER BY created_at").fetchall()]
         raise LakeError(f"no pairs snapshot named '{snapshot}' (known: {', '.join(known) or 'none'})")
+
+
+EXPORT_FORMATS = {"parquet": "(FORMAT parquet, COMPRESSION zstd)", "jsonl": "(FORMAT json)"}
+
+
+def export_snapshot(lake: Lake, snapshot: str, path: Path, fmt: str | None = None) -> int:
+    """Write a snapshot's pairs to one Parquet or JSONL file (format from `fmt` or the suffix).
+
+    DuckDB streams the rows to a temporary sibling that is renamed into place, so `path`
+    is never half-written. Returns the number of pairs.
+    """
+    fmt = fmt or {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix)
+    if fmt not in EXPORT_FORMATS:
+        raise LakeError(f"cannot tell the export format of {path}: name it .parquet or .jsonl, or pass --format")
+    _require_snapshot(lake, snapshot)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    query = (
+        "SELECT pair_id, snapshot, recipe, sentence_id, text_a, text_b, lang_a, lang_b, view_a_id, view_b_id "
+        f"FROM pairs WHERE snapshot = {_literal(snapshot)} ORDER BY pair_id"
+    )
+    try:
+        lake.con.execute(f"COPY ({query}) TO {_literal(str(partial))} {EXPORT_FORMATS[fmt]}")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return int(lake.scalar("SELECT n_pairs FROM snapshots WHERE snapshot = ?", [snapshot]))
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def read_pairs(lake: Lake, snapshot: str) -> pa.Table:
+    """The pairs of a named snapshot, in a stable order."""
+    _require_snapshot(lake, snapshot)
     return lake.arrow(
         "SELECT pair_id, sentence_id, text_a, text_b FROM pairs WHERE snapshot = ? ORDER BY pair_id", [snapshot]
     )

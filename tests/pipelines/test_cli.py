@@ -31,6 +31,13 @@ def test_sql_answers_questions_over_the_lake(state_with_run):
     assert str(summary["snapshot"]["n_pairs"]) in table.output and "1 row(s)" in table.output
     snaps = runner.invoke(app, ["lake", "snapshots", "--state-dir", str(state.root)])
     assert summary["snapshot"]["name"] in snaps.output
+    out = state.root.parent / "pairs.jsonl"
+    name = summary["snapshot"]["name"]
+    exported = runner.invoke(app, ["lake", "export", name, str(out), "--state-dir", str(state.root)])
+    assert exported.exit_code == 0, exported.output
+    assert len(out.read_text().splitlines()) == summary["snapshot"]["n_pairs"]
+    unknown = runner.invoke(app, ["lake", "export", "recipe-nope", str(out), "--state-dir", str(state.root)])
+    assert unknown.exit_code == 2 and "no pairs snapshot named 'recipe-nope'" in unknown.output
 
 
 @needs_apertium

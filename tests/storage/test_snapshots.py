@@ -69,3 +69,36 @@ def test_unknown_snapshot_and_empty_pairing_give_clear_errors(tmp_path):
             read_pairs(lake, "nope")
         with pytest.raises(LakeError, match="check the filters"):
             create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="1")
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
+def test_export_writes_every_pair_of_a_snapshot(tmp_path, suffix):
+    import polars as pl
+
+    from storage.snapshots import export_snapshot
+
+    with Lake(tmp_path / "lake") as lake:
+        _seed(lake, ["kept", "kept", "rejected", "kept"])
+        snap = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="r1")
+        out = tmp_path / "export" / f"pairs{suffix}"
+        assert export_snapshot(lake, snap.name, out) == 3
+        expected = read_pairs(lake, snap.name)
+        with pytest.raises(LakeError, match="name it .parquet or .jsonl"):
+            export_snapshot(lake, snap.name, tmp_path / "pairs.txt")
+    frame = pl.read_parquet(out) if suffix == ".parquet" else pl.read_ndjson(out)
+    assert frame["pair_id"].to_list() == expected["pair_id"].to_pylist()
+    assert frame["text_b"].to_list() == expected["text_b"].to_pylist()
+    assert [p.name for p in out.parent.iterdir()] == [out.name], "no partial file left behind"
+
+
+def test_compaction_merges_small_commits_and_keeps_every_row(tmp_path):
+    with Lake(tmp_path / "lake") as lake:
+        for i in range(12):
+            rows = [{"corpus": "c", "sentence_id": f"s{i}-{j}", "text": "t", "lang": "en"} for j in range(5)]
+            with lake.transaction():
+                lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
+        files = "SELECT count(*) FROM ducklake_list_files('lake', 'sentences')"
+        assert lake.scalar(files) == 12
+        lake.compact()
+        assert lake.scalar(files) == 1
+        assert lake.scalar("SELECT count(DISTINCT sentence_id) FROM sentences") == 60
