@@ -172,7 +172,9 @@ class Lake:
                 Path(self.data_path).mkdir(parents=True, exist_ok=True)
         self._lock = WriterLock(self.catalog, self.root)
         self._lock_depth = 0
-        self.con = duckdb.connect(config={"threads": max(1, os.cpu_count() or 1)})
+        # Rows carry their own keys and every read that needs an order says ORDER BY, so
+        # DuckDB need not buffer large inserts to keep their order (less memory).
+        self.con = duckdb.connect(config={"threads": max(1, os.cpu_count() or 1), "preserve_insertion_order": False})
         try:
             self._attach()
         except BaseException:

@@ -1,0 +1,215 @@
+"""Training objectives besides BSL: NT-Xent and InfoNCE contrastive, SG-OPT, IS-BERT.
+
+Each takes a tokenised batch whose first n rows are view a and last n rows view b (the
+layout `train.loop` builds), returns a scalar loss, and names the parameters that are
+trained and the sentence-transformers modules that are exported.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from train.bsl import mean_pool
+
+
+def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SimCLR's loss: 2n views; each view's positive is its partner and the other 2(n-1)
+    views are its negatives (itself excluded)."""
+    z = F.normalize(torch.cat([a, b]), dim=-1)
+    n = a.shape[0]
+    logits = z @ z.T / temperature
+    logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float("-inf"))
+    targets = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
+    return F.cross_entropy(logits, targets)
+
+
+def info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
+    """One-directional in-batch negatives (multiple negatives ranking): a_i against every b_j."""
+    logits = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T / temperature
+    return F.cross_entropy(logits, torch.arange(a.shape[0], device=a.device))
+
+
+class Contrastive(nn.Module):
+    """A mean-pooled encoder trained with NT-Xent or InfoNCE on (a, b) pairs."""
+
+    def __init__(self, encoder: nn.Module, loss: str = "ntxent", temperature: float = 0.05) -> None:
+        super().__init__()
+        if loss not in ("ntxent", "infonce"):
+            raise ValueError(f"contrastive loss '{loss}' is not ntxent or infonce")
+        self.encoder, self.kind, self.temperature = encoder, loss, temperature
+
+    def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
+        out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        z = mean_pool(out.last_hidden_state, batch["attention_mask"])
+        fn = nt_xent if self.kind == "ntxent" else info_nce
+        return fn(z[:n], z[n:], self.temperature)
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        return []
+
+
+def masked_max_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    return hidden.masked_fill(~attention_mask.bool().unsqueeze(-1), float("-inf")).amax(dim=1)
+
+
+class SGOPT(nn.Module):
+    """Self-guided contrastive learning (Kim et al., 2021), L_opt3 with the regulariser.
+
+    BERT_T (trained, layer 0 frozen) gives c_i = [CLS] of its last layer; the frozen copy
+    BERT_F gives a view per layer, h_{i,k} = max pooling of layer k (k = 0..l). With
+    `fixed_reads_partner`, BERT_F reads the partner view (BT + SG-OPT); otherwise the
+    sentence itself.
+    """
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        dim: int,
+        *,
+        temperature: float = 0.01,
+        reg_lambda: float = 0.1,
+        head_width: int = 4096,
+        fixed_reads_partner: bool = False,
+    ) -> None:
+        super().__init__()
+        self.tuned = encoder
+        self.fixed = copy.deepcopy(encoder).requires_grad_(False).eval()
+        self.tuned.get_input_embeddings().requires_grad_(False)
+        embeddings = getattr(encoder, "embeddings", None)
+        if embeddings is not None:  # layer 0 is the whole embedding block (positions, norm) in BERT
+            embeddings.requires_grad_(False)
+        # Two linear layers, each followed by GELU (the paper's footnote 4).
+        self.head = nn.Sequential(nn.Linear(dim, head_width), nn.GELU(), nn.Linear(head_width, dim), nn.GELU())
+        self.temperature, self.reg_lambda, self.fixed_reads_partner = temperature, reg_lambda, fixed_reads_partner
+
+    def train(self, mode: bool = True) -> SGOPT:
+        super().train(mode)
+        self.fixed.eval()
+        return self
+
+    def layer_views(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(n, l+1, d): max-pooled hidden states of every BERT_F layer, embeddings included."""
+        with torch.no_grad():
+            out = self.fixed(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True
+            )
+            mask = batch["attention_mask"]
+            return torch.stack([masked_max_pool(h, mask) for h in out.hidden_states], dim=1)
+
+    def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
+        rows = {k: v[:n] for k, v in batch.items()}
+        fixed_rows = {k: v[n:] for k, v in batch.items()} if self.fixed_reads_partner else rows
+        with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):
+            c = self.tuned(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"]).last_hidden_state[:, 0]
+        h = self.layer_views(fixed_rows)
+        loss = opt3(self.head(c), self.head(h), self.temperature)
+        return loss + self.reg_lambda * self.regulariser() if self.reg_lambda else loss
+
+    def regulariser(self) -> torch.Tensor:
+        """||theta_T - theta_F||^2 over every parameter of the two copies."""
+        tuned = [p for p in self.tuned.parameters()]
+        fixed = [p for p in self.fixed.parameters()]
+        diffs = torch._foreach_sub(tuned, fixed)
+        return torch.stack([(d.float() ** 2).sum() for d in diffs]).sum()
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        return list(self.head.parameters())
+
+
+def opt3(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
+    """L_opt3 averaged over sentences i and layers k: c_i against its own view h_{i,k}, with
+    every view of every other sentence in the denominator.
+
+    c: (n, d) projected sentence vectors; h: (n, L, d) projected layer views.
+    """
+    n = h.shape[0]
+    c = F.normalize(c, dim=-1)
+    h = F.normalize(h, dim=-1)
+    sim = torch.einsum("id,mkd->imk", c, h) / temperature  # (n, n, L)
+    own = sim[torch.arange(n), torch.arange(n)]  # (n, L)
+    others = sim.masked_fill(torch.eye(n, dtype=torch.bool, device=c.device).unsqueeze(-1), float("-inf"))
+    negatives = torch.logsumexp(others.reshape(n, -1), dim=-1, keepdim=True)  # (n, 1)
+    return (torch.logaddexp(own, negatives) - own).mean()
+
+
+class ReLUCNN(nn.Module):
+    """IS-BERT's n-gram encoder: parallel 1-D convolutions (same padding) over token
+    embeddings, ReLU, concatenated. A sentence-transformers module (saves and loads)."""
+
+    def __init__(self, in_dim: int, filters: int = 256, windows: tuple[int, ...] = (1, 3, 5)) -> None:
+        super().__init__()
+        self.in_dim, self.filters, self.windows = in_dim, filters, tuple(windows)
+        self.convs = nn.ModuleList(nn.Conv1d(in_dim, filters, w, padding=w // 2) for w in self.windows)
+
+    def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        tokens = features["token_embeddings"].transpose(1, 2)
+        local = torch.cat([torch.relu(conv(tokens)) for conv in self.convs], dim=1).transpose(1, 2)
+        features["token_embeddings"] = local
+        return features
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return self.filters * len(self.windows)
+
+    get_embedding_dimension = get_sentence_embedding_dimension
+
+    def save(self, output_path: str, *args, **kwargs) -> None:
+        import json
+        import os
+
+        with open(os.path.join(output_path, "cnn_config.json"), "w") as handle:
+            json.dump({"in_dim": self.in_dim, "filters": self.filters, "windows": list(self.windows)}, handle)
+        torch.save(self.state_dict(), os.path.join(output_path, "cnn.pt"))
+
+    @classmethod
+    def load(cls, input_path: str, *args, **kwargs) -> ReLUCNN:
+        import json
+        import os
+
+        with open(os.path.join(input_path, "cnn_config.json")) as handle:
+            module = cls(**json.load(handle))
+        module.load_state_dict(torch.load(os.path.join(input_path, "cnn.pt"), map_location="cpu", weights_only=True))
+        return module
+
+
+def jsd_mi_loss(global_: torch.Tensor, local: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Negative Jensen-Shannon MI estimate between each sentence and its own tokens
+    (positives) against the tokens of the other sentences in the batch (negatives).
+
+    global_: (n, d); local: (n, T, d); mask: (n, T) of real tokens.
+    """
+    n = global_.shape[0]
+    scores = torch.einsum("id,jtd->ijt", global_, local)  # discriminator: dot product
+    valid = mask.bool().unsqueeze(0).expand(n, -1, -1)
+    same = torch.eye(n, dtype=torch.bool, device=scores.device).unsqueeze(-1)
+    positive, negative = valid & same, valid & ~same
+    log2 = math.log(2.0)
+    e_pos = (log2 - F.softplus(-scores))[positive].mean()
+    e_neg = (F.softplus(-scores) + scores - log2)[negative].mean()
+    return e_neg - e_pos
+
+
+class ISBERT(nn.Module):
+    """IS-BERT (Zhang et al., 2020): CNN n-gram features over the encoder's tokens, the
+    sentence as their mean over time, trained to maximise JSD mutual information between
+    a sentence and its own n-grams. Reads view a only: a sentence's other view in the
+    same batch would be a near-duplicate negative."""
+
+    def __init__(self, encoder: nn.Module, dim: int, filters: int = 256, windows: tuple[int, ...] = (1, 3, 5)) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.cnn = ReLUCNN(dim, filters, windows)
+
+    def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
+        mask = batch["attention_mask"][:n]
+        with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):
+            tokens = self.encoder(input_ids=batch["input_ids"][:n], attention_mask=mask).last_hidden_state
+        local = self.cnn({"token_embeddings": tokens})["token_embeddings"]
+        return jsd_mi_loss(mean_pool(local, mask), local, mask)
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        return list(self.cnn.parameters())
