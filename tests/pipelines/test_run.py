@@ -97,3 +97,19 @@ def test_changed_evaluation_data_is_evaluated_again(tmp_path, tiny_recipe):
     sts.write_text(sts.read_text() + "main-captions\tMSRvid\t2012test\t0099\t2.0\tA cat.\tA dog sat.\n")
     again = run_recipe(RunContext(load_recipe(tiny_recipe), state))
     assert not any(e["reused"] for e in again["evals"]) and {e["n"] for e in again["evals"]} == {7}
+
+
+@needs_apertium
+def test_skipped_malformed_lines_are_counted_in_the_run_record(tmp_path, tiny_recipe):
+    import json
+
+    corpus = tiny_recipe.parent / "corpus.txt"
+    corpus.write_bytes(corpus.read_bytes() + b"a caf\xe9 line in latin-1\n")
+    text = tiny_recipe.read_text().replace("min_words: 3}", "min_words: 3, on_error: skip}")
+    tiny_recipe.write_text(text.split("train:")[0])  # ingest, augment and pair are enough here
+    state = StatePaths(tmp_path / "state")
+    run_recipe(RunContext(load_recipe(tiny_recipe), state))
+    with Lake(state.lake, read_only=True) as lake:
+        counts = json.loads(lake.scalar("SELECT counts FROM runs"))
+    assert counts["ingest"]["malformed"] == 1
+    assert counts["ingest"]["malformed_examples"][0].startswith(f"{corpus}:23: not valid UTF-8")
