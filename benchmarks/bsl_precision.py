@@ -1,7 +1,7 @@
 """BSL training throughput on a BERT-base-sized encoder: fp32 against bf16 (and fp16) autocast.
 
 Random weights (no hub), batches of `--batch` pairs whose token lengths follow the demo
-corpus's sentences, the real training step (`train.loop.bsl_step`: online and target
+corpus's sentences, the real training step (`train.loop.train_step`: online and target
 encoders, predictor, Adam, EMA update). Prints pairs/s, peak GPU memory and the EMA
 update's share of a step, side by side in one run.
 
@@ -11,6 +11,7 @@ update's share of a step, side by side in one run.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from train.bsl import BSL
-from train.loop import bsl_step, seed_everything
+from train.loop import seed_everything, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
@@ -59,17 +60,18 @@ def measure(precision: str, args, batches: list[dict]) -> dict:
          {"params": list(model.predictor.parameters()), "lr": 1e-3}]
     )  # fmt: skip
     scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
+    ema = functools.partial(model.update_target, 0.999)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     for batch in batches[: args.warmup]:
-        bsl_step(model, optimizer, batch, args.batch, train_encoder=True, momentum=0.999, precision=precision,
-                 scaler=scaler)  # fmt: skip
+        train_step(model, optimizer, batch, args.batch, train_encoder=True, precision=precision, scaler=scaler,
+                   after_step=ema)  # fmt: skip
     sync()
     start = time.perf_counter()
     for batch in batches[args.warmup :]:
-        bsl_step(model, optimizer, batch, args.batch, train_encoder=True, momentum=0.999, precision=precision,
-                 scaler=scaler)  # fmt: skip
+        train_step(model, optimizer, batch, args.batch, train_encoder=True, precision=precision, scaler=scaler,
+                   after_step=ema)  # fmt: skip
     sync()
     step_s = (time.perf_counter() - start) / (len(batches) - args.warmup)
     start = time.perf_counter()

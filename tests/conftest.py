@@ -120,7 +120,7 @@ pair: {{view_a: bt_es, view_b: bt_ca}}
 train:
   encoder: {tiny_model}
   steps: 4
-  predictor_warmup_steps: 1
+  head_warmup_steps: 1
   batch_size: 8
   predictor_k: 2
   encoder_lr: 1.0e-3

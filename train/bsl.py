@@ -71,6 +71,9 @@ class BSL(nn.Module):
         pred_a, pred_b = self.predictor(online[:n]), self.predictor(online[n:])
         return 0.5 * negative_cosine(pred_a, target[n:]) + 0.5 * negative_cosine(pred_b, target[:n])
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        return list(self.predictor.parameters())
+
     @torch.no_grad()
     def update_target(self, momentum: float) -> None:
         """xi <- m*xi + (1-m)*theta, one fused call over all parameters."""

@@ -43,8 +43,21 @@ def encoder_fingerprint(resolved: str) -> str:
     return dir_fingerprint(path) if path.is_dir() else resolved
 
 
+VIEWMILL_MODULES = "train.objectives."
+
+
+def uses_viewmill_modules(resolved: str) -> bool:
+    """Whether a local model directory needs viewmill's own modules (IS-BERT's CNN)."""
+    modules = Path(resolved) / "modules.json"
+    return modules.is_file() and VIEWMILL_MODULES in modules.read_text(encoding="utf-8")
+
+
 def load_sentence_model(resolved: str, device: str = "cpu"):
-    """A SentenceTransformer; a plain transformers encoder gets mean pooling added by the library."""
+    """A SentenceTransformer; a plain transformers encoder gets mean pooling added by the library.
+
+    Models whose modules include viewmill's own (an IS-BERT export) are loaded with
+    `trust_remote_code`, which here runs only code from this installed package.
+    """
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(resolved, device=device)
+    return SentenceTransformer(resolved, device=device, trust_remote_code=uses_viewmill_modules(resolved))

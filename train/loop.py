@@ -1,4 +1,5 @@
-"""The BSL training loop over a pairs snapshot, and export as a sentence-transformers model."""
+"""The training loop over a pairs snapshot for every objective, and export as a
+sentence-transformers model."""
 
 from __future__ import annotations
 
@@ -11,44 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch import nn
 
 from storage.files import build_dir_atomically
 from storage.ids import fingerprint
 from train.bsl import BSL
+from train.config import TrainConfig
 from train.encoder import load_sentence_model
+from train.objectives import ISBERT, SGOPT, Contrastive
 
 MANIFEST = "viewmill.json"
-
-
-class BSLConfig(BaseModel):
-    """BSL hyperparameters. The defaults are the safe post-training setting for strong
-    encoders: the predictor warms up first with the encoder frozen, then both train, the
-    encoder at a small learning rate."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    objective: str = Field("bsl", pattern="^bsl$")
-    steps: int = Field(120, ge=1)
-    batch_size: int = Field(64, ge=2)
-    max_length: int = Field(64, ge=8)
-    encoder_lr: float = Field(1e-5, gt=0)
-    predictor_lr: float = Field(1e-3, gt=0)
-    predictor_warmup_steps: int = Field(40, ge=0)
-    momentum: float = Field(0.999, ge=0, le=1)
-    predictor_k: int = Field(8, ge=1)
-    seed: int = 13
-    device: str = "cpu"
-    precision: str = Field("fp32", pattern="^(fp32|bf16|fp16)$", description="autocast dtype; fp16 adds loss scaling")
-
-    @model_validator(mode="after")
-    def _warmup_fits(self) -> BSLConfig:
-        if self.predictor_warmup_steps >= self.steps:
-            raise ValueError(
-                f"predictor_warmup_steps ({self.predictor_warmup_steps}) must be below steps ({self.steps}), "
-                "or the encoder never trains"
-            )
-        return self
 
 
 @dataclass
@@ -118,39 +91,73 @@ def _cut(window: list[int], batch_size: int, keys: Sequence[str] | None) -> list
     return cut
 
 
-def train_bsl(
+def build_objective(config: TrainConfig, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
+    """The objective's training module and the sentence-transformers modules to export.
+
+    The exported modules share their weights with the training module, so what is saved
+    at the end is what was trained.
+    """
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
+
+    transformer = sentence_model[0]
+    encoder = transformer.auto_model
+    dim = sentence_model.get_embedding_dimension()
+    tail = [m for m in list(sentence_model)[1:] if isinstance(m, Normalize)]
+    if config.objective == "bsl":
+        return BSL(encoder, dim, config.predictor_k), list(sentence_model)
+    if config.objective in ("ntxent", "infonce"):
+        return Contrastive(encoder, config.objective, config.temperature), list(sentence_model)
+    if config.objective == "sgopt":
+        model = SGOPT(
+            encoder, dim, temperature=config.temperature, reg_lambda=config.sgopt_lambda,
+            head_width=config.sgopt_head_width, fixed_reads_partner=config.sgopt_partner_view,
+        )  # fmt: skip
+        return model, [transformer, Pooling(dim, pooling_mode="cls"), *tail]  # c_i is BERT_T's [CLS]
+    model = ISBERT(encoder, dim, config.isbert_filters, config.isbert_windows)
+    return model, [transformer, model.cnn, Pooling(model.cnn.get_sentence_embedding_dimension(), "mean")]
+
+
+def make_optimizer(config: TrainConfig, objective: nn.Module) -> torch.optim.Optimizer:
+    head = objective.head_parameters()
+    head_ids = {id(p) for p in head}
+    encoder = [p for p in objective.parameters() if p.requires_grad and id(p) not in head_ids]
+    groups = [{"params": encoder, "lr": config.encoder_lr, "name": "encoder"}]
+    if head:
+        groups.append({"params": head, "lr": config.head_lr, "name": "head"})
+    if config.objective == "sgopt":  # the paper's AdamW with beta2 = 0.9
+        return torch.optim.AdamW(groups, betas=(0.9, 0.9), weight_decay=0.0)
+    return torch.optim.Adam(groups)
+
+
+def train_model(
     pairs: Sequence[tuple[str, str]],
     base_model: str,
-    config: BSLConfig,
+    config: TrainConfig,
     out_dir: Path,
     *,
     card: dict,
     keys: Sequence[str] | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> TrainReport:
-    """Fit BSL on (view a, view b) pairs starting from `base_model`; export to `out_dir`.
+    """Fit `config.objective` on (view a, view b) pairs starting from `base_model`; export to `out_dir`.
 
     `keys` (sentence ids, one per pair) keep two pairs of one sentence out of a batch.
 
     The export is written to a temporary sibling and renamed into place, so `out_dir`
     either holds a complete model with its manifest or does not exist.
     """
+    from sentence_transformers import SentenceTransformer
+
     seed_everything(config.seed)
     start = time.perf_counter()
     sentence_model = load_sentence_model(base_model, device=config.device)
-    transformer = sentence_model[0]
-    encoder = transformer.auto_model
     tokenizer = sentence_model.tokenizer
-    dim = sentence_model.get_embedding_dimension()
-    model = BSL(encoder, dim, config.predictor_k).to(config.device)
-    optimizer = torch.optim.Adam(
-        [
-            {"params": list(model.online.parameters()), "lr": config.encoder_lr},
-            {"params": list(model.predictor.parameters()), "lr": config.predictor_lr},
-        ]
-    )
+    objective, export_modules = build_objective(config, sentence_model)
+    objective.to(config.device)
+    optimizer = make_optimizer(config, objective)
     scaler = torch.amp.GradScaler(torch.device(config.device).type) if config.precision == "fp16" else None
-    model.train()
+    after_step = (lambda: objective.update_target(config.momentum)) if isinstance(objective, BSL) else None
+    objective.train()
     losses: list[float] = []
     lengths = [len(a) + len(b) for a, b in pairs]
     plan = batches(lengths, config.batch_size, config.steps, config.seed, keys=keys)
@@ -158,14 +165,14 @@ def train_bsl(
         texts = [pairs[i][0] for i in index] + [pairs[i][1] for i in index]
         batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
         batch = {k: v.to(config.device) for k, v in batch.items()}
-        warming_up = step <= config.predictor_warmup_steps
+        warming_up = step <= config.head_warmup_steps
         losses.append(
-            bsl_step(model, optimizer, batch, len(index), train_encoder=not warming_up, momentum=config.momentum,
-                     precision=config.precision, scaler=scaler)
+            train_step(objective, optimizer, batch, len(index), train_encoder=not warming_up,
+                       precision=config.precision, scaler=scaler, after_step=after_step)
         )  # fmt: skip
         if on_step is not None:
             on_step(step, losses[-1])
-    model.eval()
+    objective.eval()
     report = TrainReport(
         steps=config.steps,
         pairs=len(pairs),
@@ -174,33 +181,35 @@ def train_bsl(
         seconds=time.perf_counter() - start,
         model_dir=str(out_dir),
     )
-    export(sentence_model, out_dir, {**card, "train_config": config.model_dump(), "report": asdict(report)})
+    exported = SentenceTransformer(modules=export_modules, device=config.device)
+    export(exported, out_dir, {**card, "train_config": config.model_dump(), "report": asdict(report)})
     return report
 
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def bsl_step(
-    model: BSL,
+def train_step(
+    objective: nn.Module,
     optimizer: torch.optim.Optimizer,
     batch: dict[str, torch.Tensor],
     n: int,
     *,
     train_encoder: bool,
-    momentum: float,
     precision: str = "fp32",
     scaler: torch.amp.GradScaler | None = None,
+    after_step: Callable[[], None] | None = None,
 ) -> float:
-    """One optimiser step and, when the encoder trained and the step was taken, one EMA update.
+    """One optimiser step and, when the encoder trained and the step was taken, `after_step`
+    (BSL's EMA update).
 
-    With fp16 loss scaling an overflowing step is skipped by the scaler; the target must
+    With fp16 loss scaling an overflowing step is skipped by the scaler; BSL's target must
     then stay where it is, or it would drift towards weights that did not change.
     """
     dtype = AUTOCAST_DTYPES[precision]
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
-        loss = model.loss(batch, n, train_encoder=train_encoder)
+        loss = objective.loss(batch, n, train_encoder=train_encoder)
     if scaler is None:
         loss.backward()
         optimizer.step()
@@ -211,8 +220,8 @@ def bsl_step(
         scaler.step(optimizer)
         scaler.update()
         stepped = scaler.get_scale() >= scale  # the scaler lowers its scale exactly when it skips
-    if train_encoder and stepped:
-        model.update_target(momentum)
+    if train_encoder and stepped and after_step is not None:
+        after_step()
     return float(loss.detach())
 
 
@@ -228,7 +237,13 @@ def export(sentence_model, out_dir: Path, manifest: dict) -> None:
         f"- pairs snapshot: `{manifest.get('snapshot')}`",
         f"- steps: {manifest['train_config']['steps']}, batch size {manifest['train_config']['batch_size']}",
         "",
-        "Load with `SentenceTransformer(path)`. Metrics are in the lake's `evals` table.",
+        "Load with `SentenceTransformer(path)`"
+        + (
+            " (with `trust_remote_code=True` and viewmill installed: its CNN is viewmill's module)"
+            if manifest["train_config"]["objective"] == "isbert"
+            else ""
+        )
+        + ". Metrics are in the lake's `evals` table.",
     ]
 
     def write(staging: Path) -> None:
@@ -246,4 +261,6 @@ def is_complete_model(path: Path) -> bool:
 def training_code_fingerprint() -> str:
     """Hash of the training code itself, so a changed trainer never reuses an old model."""
     here = Path(__file__).parent
-    return fingerprint(*((here / name).read_text(encoding="utf-8") for name in ("bsl.py", "loop.py")))
+    return fingerprint(
+        *((here / name).read_text(encoding="utf-8") for name in ("bsl.py", "config.py", "loop.py", "objectives.py"))
+    )

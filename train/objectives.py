@@ -166,10 +166,11 @@ class ReLUCNN(nn.Module):
         torch.save(self.state_dict(), os.path.join(output_path, "cnn.pt"))
 
     @classmethod
-    def load(cls, input_path: str, *args, **kwargs) -> ReLUCNN:
+    def load(cls, input_path: str, *args, subfolder: str = "", **kwargs) -> ReLUCNN:
         import json
         import os
 
+        input_path = os.path.join(input_path, subfolder)  # sentence-transformers >= 5 passes the module's folder apart
         with open(os.path.join(input_path, "cnn_config.json")) as handle:
             module = cls(**json.load(handle))
         module.load_state_dict(torch.load(os.path.join(input_path, "cnn.pt"), map_location="cpu", weights_only=True))

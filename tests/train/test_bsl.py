@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from train.bsl import BSL, Predictor, mean_pool
-from train.loop import batches, bsl_step
+from train.loop import batches, train_step
 
 
 class TinyEncoder(nn.Module):
@@ -132,6 +132,10 @@ def _step_fixture():
     return model, optimizer
 
 
+def _ema(model, momentum):
+    return lambda: model.update_target(momentum)
+
+
 def _params(module):
     return [p.detach().clone() for p in module.parameters()]
 
@@ -140,11 +144,19 @@ def test_a_step_skipped_for_overflow_leaves_the_target_alone():
     model, optimizer = _step_fixture()
     online, target = _params(model.online), _params(model.target)
     overflowing = torch.amp.GradScaler("cpu", init_scale=2.0**127)  # scaled gradients become inf
-    bsl_step(model, optimizer, _batch(), 4, train_encoder=True, momentum=0.5, scaler=overflowing)
+    train_step(model, optimizer, _batch(), 4, train_encoder=True, after_step=_ema(model, 0.5), scaler=overflowing)
     assert overflowing.get_scale() < 2.0**127, "the scaler saw the overflow"
     assert all(torch.equal(a, b) for a, b in zip(online, model.online.parameters(), strict=True))
     assert all(torch.equal(a, b) for a, b in zip(target, model.target.parameters(), strict=True))
-    bsl_step(model, optimizer, _batch(), 4, train_encoder=True, momentum=0.5, scaler=torch.amp.GradScaler("cpu"))
+    train_step(
+        model,
+        optimizer,
+        _batch(),
+        4,
+        train_encoder=True,
+        after_step=_ema(model, 0.5),
+        scaler=torch.amp.GradScaler("cpu"),
+    )
     assert not all(torch.equal(a, b) for a, b in zip(target, model.target.parameters(), strict=True))
 
 
@@ -152,7 +164,9 @@ def test_a_step_skipped_for_overflow_leaves_the_target_alone():
 def test_step_trains_and_updates_the_target_in_each_precision(precision):
     model, optimizer = _step_fixture()
     target = _params(model.target)
-    loss = bsl_step(model, optimizer, _batch(), 4, train_encoder=True, momentum=0.5, precision=precision)
+    loss = train_step(
+        model, optimizer, _batch(), 4, train_encoder=True, after_step=_ema(model, 0.5), precision=precision
+    )
     assert 0 <= loss <= 4
     assert not all(torch.equal(a, b) for a, b in zip(target, model.target.parameters(), strict=True))
     assert all(p.dtype == torch.float32 for p in model.parameters()), "autocast never casts the weights"
@@ -161,6 +175,6 @@ def test_step_trains_and_updates_the_target_in_each_precision(precision):
 def test_warmup_step_leaves_encoder_and_target_untouched():
     model, optimizer = _step_fixture()
     online, target = _params(model.online), _params(model.target)
-    bsl_step(model, optimizer, _batch(), 4, train_encoder=False, momentum=0.0)
+    train_step(model, optimizer, _batch(), 4, train_encoder=False, after_step=_ema(model, 0.0))
     assert all(torch.equal(a, b) for a, b in zip(online, model.online.parameters(), strict=True))
     assert all(torch.equal(a, b) for a, b in zip(target, model.target.parameters(), strict=True))

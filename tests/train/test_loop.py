@@ -5,17 +5,18 @@ import torch
 from pydantic import ValidationError
 
 from tests.conftest import SENTENCES
-from train.loop import MANIFEST, BSLConfig, is_complete_model, train_bsl
+from train.config import TrainConfig
+from train.loop import MANIFEST, is_complete_model, train_model
 
 
 def test_training_changes_the_encoder_and_exports_a_loadable_model(tmp_path, tiny_model):
     from sentence_transformers import SentenceTransformer
 
     pairs = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
-    config = BSLConfig(steps=4, predictor_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2)
+    config = TrainConfig(steps=4, predictor_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2)
     before = SentenceTransformer(str(tiny_model)).encode(SENTENCES[:3])
     out = tmp_path / "model"
-    report = train_bsl(pairs, str(tiny_model), config, out, card={"recipe": "t", "snapshot": "s", "base_model": "b"})
+    report = train_model(pairs, str(tiny_model), config, out, card={"recipe": "t", "snapshot": "s", "base_model": "b"})
     assert report.steps == 4 and report.pairs == 20
     assert is_complete_model(out) and not out.with_name("model.partial").exists()
     manifest = json.loads((out / MANIFEST).read_text())
@@ -30,14 +31,52 @@ def test_training_is_reproducible_with_a_fixed_seed(tmp_path, tiny_model):
     from sentence_transformers import SentenceTransformer
 
     pairs = [(s, s.lower()) for s in SENTENCES]
-    config = BSLConfig(steps=3, predictor_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2)
+    config = TrainConfig(steps=3, predictor_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2)
     vectors = []
     for name in ("a", "b"):
-        train_bsl(pairs, str(tiny_model), config, tmp_path / name, card={})
+        train_model(pairs, str(tiny_model), config, tmp_path / name, card={})
         vectors.append(SentenceTransformer(str(tmp_path / name)).encode(SENTENCES[:4]))
     assert torch.allclose(torch.tensor(vectors[0]), torch.tensor(vectors[1]), atol=1e-6)
 
 
 def test_warmup_longer_than_training_is_rejected():
     with pytest.raises(ValidationError, match="encoder never trains"):
-        BSLConfig(steps=10, predictor_warmup_steps=10)
+        TrainConfig(steps=10, predictor_warmup_steps=10)
+
+
+@pytest.mark.parametrize(
+    ("objective", "extra", "pooling"),
+    [
+        ("ntxent", {}, "mean"),
+        ("infonce", {}, "mean"),
+        ("sgopt", {"head_warmup_steps": 1, "sgopt_head_width": 32, "sgopt_partner_view": True}, "cls"),
+        ("isbert", {"head_warmup_steps": 1, "isbert_filters": 8}, "mean"),
+    ],
+)
+def test_every_objective_trains_and_exports_a_model_that_loads(tmp_path, tiny_model, objective, extra, pooling):
+    from sentence_transformers import SentenceTransformer
+
+    pairs = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
+    config = TrainConfig(objective=objective, steps=3, batch_size=8, encoder_lr=1e-2, **extra)
+    out = tmp_path / objective
+    report = train_model(pairs, str(tiny_model), config, out, card={"recipe": "t", "snapshot": "s"})
+    assert report.steps == 3
+    loaded = SentenceTransformer(str(out), trust_remote_code=objective == "isbert")
+    pooling_config = json.loads(next(out.glob("*Pooling/config.json")).read_text())
+    assert pooling_config["pooling_mode"] == pooling
+    vectors = loaded.encode(SENTENCES[:3])
+    if objective == "isbert":
+        assert vectors.shape == (3, 8 * 3), "the sentence is the mean of the CNN's n-gram features"
+    assert torch.isfinite(torch.tensor(vectors)).all()
+    assert f"with {objective.upper()}" in (out / "README.md").read_text()
+
+
+def test_headless_objectives_refuse_a_warmup_and_get_their_defaults():
+    assert TrainConfig(objective="ntxent").head_warmup_steps == 0
+    assert TrainConfig(objective="ntxent").temperature == 0.05
+    assert TrainConfig(objective="sgopt").temperature == 0.01
+    assert TrainConfig(objective="bsl").head_warmup_steps == 40
+    with pytest.raises(ValidationError, match="ntxent has no head to warm up"):
+        TrainConfig(objective="ntxent", head_warmup_steps=5)
+    with pytest.raises(ValidationError, match="odd sizes"):
+        TrainConfig(objective="isbert", isbert_windows=(2, 3))

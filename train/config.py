@@ -1,0 +1,65 @@
+"""Training configuration: one validated model for every objective."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+OBJECTIVES = ("bsl", "ntxent", "infonce", "sgopt", "isbert")
+HEADLESS = ("ntxent", "infonce")  # nothing to warm up before the encoder trains
+DEFAULT_TEMPERATURE = {"ntxent": 0.05, "infonce": 0.05, "sgopt": 0.01}
+
+
+class TrainConfig(BaseModel):
+    """Hyperparameters of a training run. The defaults are the safe post-training setting
+    for strong encoders: the head (BSL's predictor, SG-OPT's projection, IS-BERT's CNN)
+    warms up first with the encoder frozen, then both train, the encoder at a small
+    learning rate."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    objective: Literal["bsl", "ntxent", "infonce", "sgopt", "isbert"] = "bsl"
+    steps: int = Field(120, ge=1)
+    batch_size: int = Field(64, ge=2)
+    max_length: int = Field(64, ge=8)
+    encoder_lr: float = Field(1e-5, gt=0)
+    head_lr: float = Field(1e-3, gt=0, validation_alias=AliasChoices("head_lr", "predictor_lr"))
+    head_warmup_steps: int | None = Field(
+        None,
+        ge=0,
+        validation_alias=AliasChoices("head_warmup_steps", "predictor_warmup_steps"),
+        description="steps that train only the head (default 40; 0 for ntxent and infonce, which have none)",
+    )
+    # BSL
+    momentum: float = Field(0.999, ge=0, le=1)
+    predictor_k: int = Field(8, ge=1)
+    # contrastive and SG-OPT
+    temperature: float | None = Field(None, gt=0, description="default 0.05 (ntxent, infonce), 0.01 (sgopt)")
+    # SG-OPT
+    sgopt_lambda: float = Field(0.1, ge=0)
+    sgopt_head_width: int = Field(4096, ge=1)
+    sgopt_partner_view: bool = Field(False, description="BT + SG-OPT: BERT_F reads the partner (back-translation)")
+    # IS-BERT
+    isbert_filters: int = Field(256, ge=1)
+    isbert_windows: tuple[int, ...] = (1, 3, 5)
+    seed: int = 13
+    device: str = "cpu"
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="autocast dtype; fp16 adds loss scaling")
+
+    @model_validator(mode="after")
+    def _defaults_and_warmup(self) -> TrainConfig:
+        if self.head_warmup_steps is None:
+            self.head_warmup_steps = 0 if self.objective in HEADLESS else 40
+        if self.objective in HEADLESS and self.head_warmup_steps:
+            raise ValueError(f"{self.objective} has no head to warm up: set head_warmup_steps to 0")
+        if self.head_warmup_steps >= self.steps:
+            raise ValueError(
+                f"head_warmup_steps ({self.head_warmup_steps}) must be below steps ({self.steps}), "
+                "or the encoder never trains"
+            )
+        if self.temperature is None and self.objective in DEFAULT_TEMPERATURE:
+            self.temperature = DEFAULT_TEMPERATURE[self.objective]
+        if any(w < 1 or w % 2 == 0 for w in self.isbert_windows):
+            raise ValueError(f"isbert_windows must be odd sizes (same padding), got {list(self.isbert_windows)}")
+        return self
