@@ -60,6 +60,9 @@ def run(
     recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
     state_dir: StateDir = None,
     catalog: CatalogOption = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="override a recipe setting, e.g. --set train.objective=ntxent")
+    ] = None,
     prefect: Annotated[
         bool, typer.Option(help="run as a Prefect flow (ephemeral API unless PREFECT_API_URL is set)")
     ] = True,
@@ -74,7 +77,7 @@ def run(
     _use_catalog(catalog)
     state = StatePaths.resolve(state_dir)
     try:
-        parsed = load_recipe(recipe)
+        parsed = load_recipe(recipe, overrides)
         ctx = stages.RunContext(parsed, state)
         stages.preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
         if prefect:
@@ -83,7 +86,7 @@ def run(
             configure_prefect(state)
             from pipelines.flows import recipe_flow
 
-            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True)
+            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [])
         else:
             summary = stages.run_recipe(ctx, preflight_done=True)
     except USER_ERRORS as exc:

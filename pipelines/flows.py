@@ -28,9 +28,11 @@ TASKS = {fn: task(fn, name=fn.__name__.removesuffix("_stage"), cache_policy=NO_C
 
 
 @flow(name="viewmill-recipe")
-def recipe_flow(recipe_path: str, state_dir: str, preflight_done: bool = False) -> dict[str, Any]:
+def recipe_flow(
+    recipe_path: str, state_dir: str, preflight_done: bool = False, overrides: list[str] | None = None
+) -> dict[str, Any]:
     """Run a recipe end to end: preflight, ingest, augment, pair, train, evaluate."""
-    ctx = stages.RunContext(load_recipe(recipe_path), StatePaths.resolve(state_dir))
+    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
     return stages.run_recipe(
         ctx,
         call=lambda stage, *args: TASKS[stage](*args),

@@ -131,7 +131,24 @@ def _format_validation_error(path: Path, error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def load_recipe(path: Path | str) -> Recipe:
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """`train.objective=ntxent`-style settings (values parsed as YAML) applied to a raw recipe."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise RecipeError(f"override '{item}' is not KEY=VALUE (e.g. train.objective=ntxent)")
+        node = raw
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise RecipeError(f"override '{item}': '{part}' is not a section of the recipe")
+            node = child
+        node[leaf] = yaml.safe_load(value)
+    return raw
+
+
+def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
     """Parse and validate a recipe; relative file paths are taken from the recipe's folder."""
     path = Path(path)
     if not path.is_file():
@@ -144,6 +161,7 @@ def load_recipe(path: Path | str) -> Recipe:
         raise RecipeError(f"recipe {path} is not UTF-8 text") from None
     if not isinstance(raw, dict):
         raise RecipeError(f"recipe {path} must be a YAML mapping with name, corpus, augmenters, pair")
+    raw = apply_overrides(raw, overrides or [])
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as exc:

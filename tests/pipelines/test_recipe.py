@@ -52,3 +52,16 @@ def test_broken_recipes_get_one_clear_message(tmp_path, text, message):
 def test_missing_recipe_suggests_the_demo(tmp_path):
     with pytest.raises(RecipeError, match="try recipes/demo.yaml"):
         load_recipe(tmp_path / "nope.yaml")
+
+
+def test_overrides_set_nested_values_and_are_validated():
+    demo = DEMO
+    recipe = load_recipe(demo, ["train.objective=ntxent", "train.head_warmup_steps=0", "corpus.limit=50"])
+    assert (recipe.train.objective, recipe.train.head_warmup_steps, recipe.corpus.limit) == ("ntxent", 0, 50)
+    assert recipe.train.temperature == 0.05
+    with pytest.raises(RecipeError, match="train: .*ntxent has no head to warm up: set head_warmup_steps to 0"):
+        load_recipe(demo, ["train.objective=ntxent"])  # the demo's 40 warm-up steps do not apply
+    with pytest.raises(RecipeError, match="not KEY=VALUE"):
+        load_recipe(demo, ["train.objective"])
+    with pytest.raises(RecipeError, match="'name' is not a section"):
+        load_recipe(demo, ["name.x=1"])
