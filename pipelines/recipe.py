@@ -62,6 +62,7 @@ class PairSpec(BaseModel):
 
 class TrainSpec(TrainConfig):
     encoder: str = "embedded:all-MiniLM-L6-v2"
+    dev: StsTask | None = Field(None, description="STS data scored every eval_every steps (model selection)")
 
 
 class EvaluateSpec(BaseModel):
@@ -99,6 +100,13 @@ class Recipe(BaseModel):
                 f"use one of {', '.join(NLI_FORMATS)}"
             )
         return self
+
+    def sts_tasks(self) -> list[StsTask]:
+        """Every STS file the recipe reads: the evaluation tasks and the training dev set."""
+        tasks = list(self.evaluate.tasks) if self.evaluate is not None else []
+        if self.train is not None and self.train.dev is not None:
+            tasks.append(self.train.dev)
+        return tasks
 
     @property
     def wants_nli_links(self) -> bool:
@@ -171,10 +179,9 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
         f if f.is_absolute() or (recipe.corpus.format == "hf" and not (base / f).exists()) else (base / f).resolve()
         for f in recipe.corpus.files
     ]  # an hf source that is not a local directory is a hub id
-    if recipe.evaluate is not None:
-        for task in recipe.evaluate.tasks:
-            if not task.path.is_absolute():
-                task.path = (base / task.path).resolve()
+    for task in recipe.sts_tasks():
+        if not task.path.is_absolute():
+            task.path = (base / task.path).resolve()
     if recipe.train is not None and not recipe.train.encoder.startswith("embedded:"):
         candidate = base / recipe.train.encoder
         if candidate.exists():

