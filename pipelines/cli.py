@@ -55,19 +55,42 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
+Overrides = Annotated[
+    list[str] | None, typer.Option("--set", help="override a recipe setting, e.g. --set train.objective=ntxent")
+]
+PrefectOption = Annotated[
+    bool, typer.Option(help="run as a Prefect flow (ephemeral API unless PREFECT_API_URL is set)")
+]
+
+
 @app.command()
 def run(
     recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
     state_dir: StateDir = None,
     catalog: CatalogOption = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="override a recipe setting, e.g. --set train.objective=ntxent")
-    ] = None,
-    prefect: Annotated[
-        bool, typer.Option(help="run as a Prefect flow (ephemeral API unless PREFECT_API_URL is set)")
-    ] = True,
+    overrides: Overrides = None,
+    prefect: PrefectOption = True,
 ) -> None:
     """Run a recipe end to end: ingest, augment, pair, train, evaluate."""
+    _run(recipe, state_dir, catalog, overrides, prefect, snapshot=None, evaluate=True)
+
+
+@app.command()
+def train(
+    recipe: Annotated[Path, typer.Argument(help="recipe YAML with a train section")],
+    snapshot: Annotated[
+        str | None, typer.Option(help="train on this existing pairs snapshot instead of making the recipe's pairs")
+    ] = None,
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+    overrides: Overrides = None,
+    prefect: PrefectOption = True,
+) -> None:
+    """Train the recipe's encoder (no evaluation); the model is recorded in the lake with its lineage."""
+    _run(recipe, state_dir, catalog, overrides, prefect, snapshot=snapshot, evaluate=False)
+
+
+def _run(recipe: Path, state_dir, catalog, overrides, prefect: bool, *, snapshot: str | None, evaluate: bool) -> None:
     from transformers.utils import logging as hf_logging
 
     from pipelines import stages
@@ -78,17 +101,26 @@ def run(
     state = StatePaths.resolve(state_dir)
     try:
         parsed = load_recipe(recipe, overrides)
+        if not evaluate and parsed.train is None:
+            raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
         ctx = stages.RunContext(parsed, state)
-        stages.preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
+        if snapshot is None:
+            stages.preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
+        else:
+            stages.existing_snapshot(ctx, snapshot)
         if prefect:
             from pipelines.prefect_env import configure_prefect
 
             configure_prefect(state)
-            from pipelines.flows import recipe_flow
+            from pipelines.flows import recipe_flow, train_flow
 
-            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [])
+            if evaluate:
+                summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [])
+            else:
+                summary = train_flow(str(recipe), str(state.root), snapshot=snapshot, preflight_done=True,
+                                     overrides=overrides or [])  # fmt: skip
         else:
-            summary = stages.run_recipe(ctx, preflight_done=True)
+            summary = stages.run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
     except USER_ERRORS as exc:
         _fail(exc)
     render_summary(summary, console)

@@ -39,3 +39,24 @@ def recipe_flow(
         flow="prefect:viewmill-recipe",
         preflight_done=preflight_done,
     )
+
+
+@flow(name="viewmill-train")
+def train_flow(
+    recipe_path: str,
+    state_dir: str,
+    snapshot: str | None = None,
+    preflight_done: bool = False,
+    overrides: list[str] | None = None,
+) -> dict[str, Any]:
+    """Train a recipe's encoder: on an existing pairs snapshot, or on the pairs the recipe
+    makes (ingest, augment and pair reuse what the lake already has). No evaluation."""
+    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
+    return stages.run_recipe(
+        ctx,
+        call=lambda stage, *args: TASKS[stage](*args),
+        flow="prefect:viewmill-train",
+        preflight_done=preflight_done,
+        snapshot=snapshot,
+        evaluate=False,
+    )

@@ -22,9 +22,9 @@ from pipelines.progress import progress_bar
 from pipelines.recipe import Recipe
 from pipelines.state import StatePaths
 from storage.ids import canonical_json, file_hash, fingerprint
-from storage.lake import Lake
+from storage.lake import Lake, LakeError
 from storage.schema import EVALS, MODELS, RUNS
-from storage.snapshots import create_pairs_snapshot, read_pairs
+from storage.snapshots import Snapshot, create_pairs_snapshot, read_pairs
 from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 from train.evaluate import LOADERS, Embedder, StsTask, spearman_x100
 from train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint
@@ -277,10 +277,15 @@ def run_recipe(
     call: Callable[..., Any] = lambda stage, *args: stage(*args),
     flow: str = "plain",
     preflight_done: bool = False,
+    *,
+    snapshot: str | None = None,
+    evaluate: bool = True,
 ) -> dict[str, Any]:
     """Run every stage in order through `call` (Prefect passes one that wraps each stage in a task).
 
-    `preflight_done` skips the input checks when the caller has just run them.
+    `preflight_done` skips the input checks when the caller has just run them. With
+    `snapshot`, ingest, augment and pair are skipped and training reads that existing
+    pairs snapshot; `evaluate=False` stops after training.
 
     Returns the run summary; the run record is written whether the run succeeds or fails
     (a preflight failure writes nothing at all).
@@ -298,21 +303,25 @@ def run_recipe(
     if not preflight_done:
         timed("preflight", preflight, ctx)
     try:
-        summary["ingest"] = timed("ingest", ingest_stage, ctx)
-        summary["augment"] = {a.name: timed("augment", augment_stage, ctx, a.name) for a in ctx.recipe.augmenters}
-        pair = ctx.recipe.pair
-        configs = {name: report["config_hash"] for name, report in summary["augment"].items()}
-        snap = timed("pair", pair_stage, ctx, configs[pair.view_a], [configs[b] for b in pair.partners])
+        if snapshot is None:
+            summary["ingest"] = timed("ingest", ingest_stage, ctx)
+            augmented = {a.name: timed("augment", augment_stage, ctx, a.name) for a in ctx.recipe.augmenters}
+            summary["augment"] = augmented
+            pair = ctx.recipe.pair
+            configs = {name: report["config_hash"] for name, report in augmented.items()}
+            snap = timed("pair", pair_stage, ctx, configs[pair.view_a], [configs[b] for b in pair.partners])
+        else:
+            snap = existing_snapshot(ctx, snapshot)
         summary["snapshot"] = snap
         models = []
         if ctx.recipe.train is not None:
             base = resolve_encoder(ctx.recipe.train.encoder)
-            if ctx.recipe.evaluate is not None and ctx.recipe.evaluate.baseline:
+            if evaluate and ctx.recipe.evaluate is not None and ctx.recipe.evaluate.baseline:
                 models.append({"label": "untrained", "path": base, "model_id": encoder_fingerprint(base)})
             trained = timed("train", train_stage, ctx, snap["name"], snap["content_hash"])
             summary["train"] = trained
             models.append({"label": "trained", "path": trained["path"], "model_id": trained["model_id"]})
-        if ctx.recipe.evaluate is not None and models:
+        if evaluate and ctx.recipe.evaluate is not None and models:
             summary["evals"] = timed("evaluate", evaluate_stage, ctx, models)
     except BaseException as exc:
         record_run(ctx, flow, started, "failed", timings, _counts(summary), error=f"{type(exc).__name__}: {exc}")
@@ -320,6 +329,16 @@ def run_recipe(
     timings["total"] = round((datetime.now(UTC) - started).total_seconds(), 2)
     record_run(ctx, flow, started, "succeeded", timings, _counts(summary))
     return summary
+
+
+def existing_snapshot(ctx: RunContext, name: str) -> dict[str, Any]:
+    with ctx.lake() as lake:
+        rows = lake.arrow("SELECT * FROM snapshots WHERE snapshot = ?", [name]).to_pylist()
+        if not rows:
+            known = lake.arrow("SELECT snapshot FROM snapshots ORDER BY created_at")["snapshot"].to_pylist()
+            raise LakeError(f"no pairs snapshot named '{name}' (known: {', '.join(known) or 'none'})")
+    row = rows[0]
+    return asdict(Snapshot(row["snapshot"], row["n_pairs"], row["content_hash"], row["lake_version"], created=False))
 
 
 def _counts(summary: dict[str, Any]) -> dict[str, Any]:

@@ -58,3 +58,23 @@ def test_run_with_a_broken_recipe_exits_2_with_the_field_named(tmp_path):
     result = runner.invoke(app, ["run", str(recipe), "--state-dir", str(tmp_path / "s")])
     assert result.exit_code == 2 and "augmenters" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "s").exists()
+
+
+@needs_apertium
+def test_train_on_an_existing_snapshot_records_a_new_model(state_with_run, tiny_recipe):
+    from storage.lake import Lake
+
+    state, summary = state_with_run
+    name = summary["snapshot"]["name"]
+    args = ["train", str(tiny_recipe), "--snapshot", name, "--state-dir", str(state.root), "--no-prefect"]
+    result = runner.invoke(app, [*args, "--set", "train.encoder_lr=5e-3"])
+    assert result.exit_code == 0, result.output
+    with Lake(state.lake, read_only=True) as lake:
+        models = lake.arrow("SELECT snapshot, train_config FROM models ORDER BY created_at").to_pylist()
+        runs = lake.arrow("SELECT flow, counts FROM runs ORDER BY started_at")["flow"].to_pylist()
+    assert len(models) == 2 and {m["snapshot"] for m in models} == {name}
+    assert json.loads(models[1]["train_config"])["train_config"]["encoder_lr"] == 5e-3
+    assert runs == ["plain", "plain"]
+    args[3] = "recipe-nope"
+    missing = runner.invoke(app, args)
+    assert missing.exit_code == 2 and "no pairs snapshot named 'recipe-nope'" in missing.output

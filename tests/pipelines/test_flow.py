@@ -40,3 +40,17 @@ def test_recipe_flow_runs_every_stage_as_a_task(tmp_path, tiny_recipe, prefect_s
     assert asyncio.run(task_names()) == ["augment", "augment", "evaluate", "ingest", "pair", "preflight", "train"]
     with Lake(state_dir / "lake", read_only=True) as lake:
         assert lake.scalar("SELECT flow FROM runs") == "prefect:viewmill-recipe"
+
+    from pipelines.flows import train_flow
+
+    again = train_flow(
+        str(tiny_recipe), str(state_dir), snapshot=summary["snapshot"]["name"], overrides=["train.steps=3"],
+        return_state=True,
+    )  # fmt: skip
+    assert again.is_completed(), again
+    assert again.result()["train"]["model_id"] != summary["train"]["model_id"]
+    with Lake(state_dir / "lake", read_only=True) as lake:
+        assert lake.arrow("SELECT flow FROM runs ORDER BY started_at")["flow"].to_pylist() == [
+            "prefect:viewmill-recipe", "prefect:viewmill-train"
+        ]  # fmt: skip
+        assert lake.scalar("SELECT count(*) FROM models") == 2
