@@ -71,6 +71,9 @@ class BSL(nn.Module):
         pred_a, pred_b = self.predictor(online[:n]), self.predictor(online[n:])
         return 0.5 * negative_cosine(pred_a, target[n:]) + 0.5 * negative_cosine(pred_b, target[:n])
 
+    def forward(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
+        return self.loss(batch, n, train_encoder=train_encoder)
+
     def head_parameters(self) -> list[nn.Parameter]:
         return list(self.predictor.parameters())
 

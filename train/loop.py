@@ -17,6 +17,7 @@ from torch import nn
 
 from storage.files import build_dir_atomically
 from storage.ids import fingerprint
+from train import distributed
 from train.bsl import BSL
 from train.config import TrainConfig
 from train.encoder import load_sentence_model
@@ -164,44 +165,62 @@ def train_model(
 
     if config.eval_every and dev is None:
         raise ValueError("eval_every needs dev data: set train.dev in the recipe (an STS-B dev file)")
+    device = distributed.init_from_environment(config.device)
+    if config.batch_size % distributed.world_size():
+        raise ValueError(f"batch_size {config.batch_size} must divide evenly over {distributed.world_size()} ranks")
     seed_everything(config.seed)
     start = time.perf_counter()
-    sentence_model = load_sentence_model(base_model, device=config.device)
+    sentence_model = load_sentence_model(base_model, device=device)
     tokenizer = sentence_model.tokenizer
     objective, export_modules = build_objective(config, sentence_model)
-    objective.to(config.device)
-    exported = SentenceTransformer(modules=export_modules, device=config.device)  # shares the trained weights
+    objective.to(device)
+    exported = SentenceTransformer(modules=export_modules, device=device)  # shares the trained weights
     optimizer = make_optimizer(config, objective)
-    scaler = torch.amp.GradScaler(torch.device(config.device).type) if config.precision == "fp16" else None
+    scaler = torch.amp.GradScaler(torch.device(device).type) if config.precision == "fp16" else None
     after_step = (lambda: objective.update_target(config.momentum)) if isinstance(objective, BSL) else None
     checkpoints = Checkpoints(out_dir.with_name(out_dir.name + ".checkpoint"), fingerprint(config.model_dump(), card))
     state = checkpoints.restore(objective, optimizer, scaler) or RunState()
-    if config.eval_every and not state.evals:
+    distributed.barrier()  # every rank has read the checkpoint before rank 0 may write the next
+    main = distributed.is_main()
+    if main and config.eval_every and not state.evals:
         state.record(0, _score(dev, exported, objective), exported, checkpoints)
+    model = objective
+    if distributed.world_size() > 1:
+        # Unused parameters: the encoder while the head warms up.
+        model = torch.nn.parallel.DistributedDataParallel(objective, find_unused_parameters=True)
     lengths = [len(a) + len(b) for a, b in pairs]
     plan = batches(lengths, config.batch_size, config.steps, config.seed, keys=keys)
     objective.train()
     for step, index in enumerate(plan, start=1):
         if step <= state.step:
             continue  # done before the restart
+        index = distributed.shard(index)
         texts = [pairs[i][0] for i in index] + [pairs[i][1] for i in index]
         batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
-        batch = {k: v.to(config.device) for k, v in batch.items()}
+        batch = {k: v.to(device) for k, v in batch.items()}
         warming_up = step <= config.head_warmup_steps
         state.losses.append(
-            train_step(objective, optimizer, batch, len(index), train_encoder=not warming_up,
+            train_step(model, optimizer, batch, len(index), train_encoder=not warming_up,
                        precision=config.precision, scaler=scaler, after_step=after_step)
         )  # fmt: skip
         state.step = step
-        if config.eval_every and step % config.eval_every == 0:
+        if main and config.eval_every and step % config.eval_every == 0:
             state.record(step, _score(dev, exported, objective), exported, checkpoints)
-        if config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
+        if main and config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
             checkpoints.save(state, objective, optimizer, scaler)
         if on_step is not None:
             on_step(step, state.losses[-1])
-        if config.early_stopping_patience and state.evals_since_best() >= config.early_stopping_patience:
+        patience = config.early_stopping_patience
+        if (
+            config.eval_every
+            and step % config.eval_every == 0
+            and distributed.broadcast_flag(main and patience is not None and state.evals_since_best() >= patience)
+        ):
             break
     objective.eval()
+    if not main:  # rank 0 exports
+        distributed.barrier()
+        return TrainReport(state.step, len(pairs), state.losses[0], state.losses[-1], 0.0, str(out_dir))
     if config.eval_every and config.keep_best and state.best_step != state.step:
         exported.load_state_dict(checkpoints.best_weights())
     report = TrainReport(
@@ -216,6 +235,7 @@ def train_model(
     )
     export(exported, out_dir, {**card, "train_config": config.model_dump(), "report": asdict(report)})
     checkpoints.clear()
+    distributed.barrier()
     return report
 
 
@@ -315,13 +335,20 @@ def train_step(
     dtype = AUTOCAST_DTYPES[precision]
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
-        loss = objective.loss(batch, n, train_encoder=train_encoder)
+        loss = objective(batch, n, train_encoder=train_encoder)
+    inner = getattr(objective, "module", objective)  # under DistributedDataParallel
+    if getattr(inner, "gathers_negatives", False) and distributed.world_size() > 1:
+        # The loss is over the global batch but only this rank's rows carry gradients;
+        # scaled by the world size, DDP's average is the single-process gradient.
+        loss_to_backward = loss * distributed.world_size()
+    else:
+        loss_to_backward = loss
     if scaler is None:
-        loss.backward()
+        loss_to_backward.backward()
         optimizer.step()
         stepped = True
     else:
-        scaler.scale(loss).backward()
+        scaler.scale(loss_to_backward).backward()
         scale = scaler.get_scale()
         scaler.step(optimizer)
         scaler.update()
@@ -367,6 +394,5 @@ def is_complete_model(path: Path) -> bool:
 def training_code_fingerprint() -> str:
     """Hash of the training code itself, so a changed trainer never reuses an old model."""
     here = Path(__file__).parent
-    return fingerprint(
-        *((here / name).read_text(encoding="utf-8") for name in ("bsl.py", "config.py", "loop.py", "objectives.py"))
-    )
+    names = ("bsl.py", "config.py", "distributed.py", "loop.py", "objectives.py")
+    return fingerprint(*((here / name).read_text(encoding="utf-8") for name in names))

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from train.bsl import mean_pool
+from train.distributed import gather_with_local_grad
 
 
 def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -47,7 +48,11 @@ class Contrastive(nn.Module):
         out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         z = mean_pool(out.last_hidden_state, batch["attention_mask"])
         fn = nt_xent if self.kind == "ntxent" else info_nce
-        return fn(z[:n], z[n:], self.temperature)
+        # Under torchrun every rank's pairs are negatives too (the loss is over the global batch).
+        return fn(gather_with_local_grad(z[:n]), gather_with_local_grad(z[n:]), self.temperature)
+
+    forward = loss
+    gathers_negatives = True
 
     def head_parameters(self) -> list[nn.Parameter]:
         return []
@@ -109,6 +114,8 @@ class SGOPT(nn.Module):
         h = self.layer_views(fixed_rows)
         loss = opt3(self.head(c), self.head(h), self.temperature)
         return loss + self.reg_lambda * self.regulariser() if self.reg_lambda else loss
+
+    forward = loss
 
     def regulariser(self) -> torch.Tensor:
         """||theta_T - theta_F||^2 over every parameter of the two copies."""
@@ -211,6 +218,8 @@ class ISBERT(nn.Module):
             tokens = self.encoder(input_ids=batch["input_ids"][:n], attention_mask=mask).last_hidden_state
         local = self.cnn({"token_embeddings": tokens})["token_embeddings"]
         return jsd_mi_loss(mean_pool(local, mask), local, mask)
+
+    forward = loss
 
     def head_parameters(self) -> list[nn.Parameter]:
         return list(self.cnn.parameters())
