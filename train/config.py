@@ -31,6 +31,9 @@ class TrainConfig(BaseModel):
         validation_alias=AliasChoices("head_warmup_steps", "predictor_warmup_steps"),
         description="steps that train only the head (default 40; 0 for ntxent and infonce, which have none)",
     )
+    grad_accumulation: int = Field(
+        1, ge=1, description="pieces a batch is processed in; contrastive losses keep all negatives (GradCache)"
+    )
     # BSL
     momentum: float = Field(0.999, ge=0, le=1)
     predictor_k: int = Field(8, ge=1)
@@ -67,6 +70,14 @@ class TrainConfig(BaseModel):
             )
         if self.temperature is None and self.objective in DEFAULT_TEMPERATURE:
             self.temperature = DEFAULT_TEMPERATURE[self.objective]
+        if self.grad_accumulation > 1:
+            if self.objective not in ("bsl", "ntxent", "infonce"):
+                raise ValueError(
+                    f"grad_accumulation is for bsl (plain) and ntxent/infonce (cached gradients); {self.objective}'s "
+                    "in-batch negatives would change: lower batch_size instead"
+                )
+            if self.objective != "bsl" and self.precision == "fp16":
+                raise ValueError("cached-gradient accumulation runs without loss scaling: use precision bf16 or fp32")
         if self.early_stopping_patience is not None and not self.eval_every:
             raise ValueError("early_stopping_patience needs eval_every > 0 (dev evaluations to compare)")
         if any(w < 1 or w % 2 == 0 for w in self.isbert_windows):

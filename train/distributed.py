@@ -67,6 +67,16 @@ def broadcast_flag(flag: bool) -> bool:
     return bool(tensor.item())
 
 
+def average_gradients(module: torch.nn.Module) -> None:
+    """Average gradients over ranks by hand, for backward passes DDP did not see."""
+    if world_size() == 1:
+        return
+    for parameter in module.parameters():
+        if parameter.grad is not None:
+            dist.all_reduce(parameter.grad)
+            parameter.grad /= world_size()
+
+
 def barrier() -> None:
     if world_size() > 1:
         dist.barrier()

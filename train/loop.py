@@ -3,7 +3,9 @@ sentence-transformers model."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import random
 import shutil
 import time
@@ -201,7 +203,8 @@ def train_model(
         warming_up = step <= config.head_warmup_steps
         state.losses.append(
             train_step(model, optimizer, batch, len(index), train_encoder=not warming_up,
-                       precision=config.precision, scaler=scaler, after_step=after_step)
+                       precision=config.precision, scaler=scaler, after_step=after_step,
+                       accumulation=config.grad_accumulation)
         )  # fmt: skip
         state.step = step
         if main and config.eval_every and step % config.eval_every == 0:
@@ -325,6 +328,7 @@ def train_step(
     precision: str = "fp32",
     scaler: torch.amp.GradScaler | None = None,
     after_step: Callable[[], None] | None = None,
+    accumulation: int = 1,
 ) -> float:
     """One optimiser step and, when the encoder trained and the step was taken, `after_step`
     (BSL's EMA update).
@@ -334,28 +338,57 @@ def train_step(
     """
     dtype = AUTOCAST_DTYPES[precision]
     optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
-        loss = objective(batch, n, train_encoder=train_encoder)
     inner = getattr(objective, "module", objective)  # under DistributedDataParallel
-    if getattr(inner, "gathers_negatives", False) and distributed.world_size() > 1:
-        # The loss is over the global batch but only this rank's rows carry gradients;
-        # scaled by the world size, DDP's average is the single-process gradient.
-        loss_to_backward = loss * distributed.world_size()
-    else:
-        loss_to_backward = loss
+    world = distributed.world_size()
+    # A loss over the global batch whose gradient flows only through this rank's rows is
+    # scaled by the world size, so that DDP's average is the single-process gradient.
+    scale = world if getattr(inner, "gathers_negatives", False) and world > 1 else 1
+    with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
+        if accumulation > 1 and getattr(inner, "gathers_negatives", False):
+            with _no_sync(objective):
+                loss = inner.cached_backward(batch, n, accumulation, scale)
+            distributed.average_gradients(inner)
+        elif accumulation > 1:
+            loss = _accumulated_backward(objective, batch, n, accumulation, train_encoder, scaler)
+        else:
+            loss = objective(batch, n, train_encoder=train_encoder)
+            (scaler.scale(loss * scale) if scaler is not None else loss * scale).backward()
     if scaler is None:
-        loss_to_backward.backward()
         optimizer.step()
         stepped = True
     else:
-        scaler.scale(loss_to_backward).backward()
-        scale = scaler.get_scale()
+        scale_before = scaler.get_scale()
         scaler.step(optimizer)
         scaler.update()
-        stepped = scaler.get_scale() >= scale  # the scaler lowers its scale exactly when it skips
+        stepped = scaler.get_scale() >= scale_before  # the scaler lowers its scale exactly when it skips
     if train_encoder and stepped and after_step is not None:
         after_step()
     return float(loss.detach())
+
+
+def _no_sync(model: nn.Module):
+    """DDP's no_sync for backward passes that do not go through its forward (synced by hand)."""
+    return model.no_sync() if hasattr(model, "no_sync") else contextlib.nullcontext()
+
+
+def _accumulated_backward(
+    model: nn.Module, batch: dict[str, torch.Tensor], n: int, pieces: int, train_encoder: bool, scaler
+) -> torch.Tensor:
+    """Plain accumulation (BSL: no in-batch negatives): each piece's loss weighted by its
+    share of the pairs; DDP syncs gradients on the last piece only."""
+    size = math.ceil(n / pieces)
+    total = torch.zeros(())
+    starts = list(range(0, n, size))
+    for i, start in enumerate(starts):
+        pairs = list(range(start, min(start + size, n)))
+        rows = pairs + [n + p for p in pairs]
+        piece = {k: v[rows] for k, v in batch.items()}
+        sync = contextlib.nullcontext() if i == len(starts) - 1 else _no_sync(model)
+        with sync:
+            loss = model(piece, len(pairs), train_encoder=train_encoder) * (len(pairs) / n)
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        total = total + loss.detach().float().cpu()
+    return total
 
 
 def export(sentence_model, out_dir: Path, manifest: dict) -> None:

@@ -44,18 +44,60 @@ class Contrastive(nn.Module):
             raise ValueError(f"contrastive loss '{loss}' is not ntxent or infonce")
         self.encoder, self.kind, self.temperature = encoder, loss, temperature
 
-    def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
+    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-        z = mean_pool(out.last_hidden_state, batch["attention_mask"])
+        return mean_pool(out.last_hidden_state, batch["attention_mask"])
+
+    def pair_loss(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         fn = nt_xent if self.kind == "ntxent" else info_nce
         # Under torchrun every rank's pairs are negatives too (the loss is over the global batch).
-        return fn(gather_with_local_grad(z[:n]), gather_with_local_grad(z[n:]), self.temperature)
+        return fn(gather_with_local_grad(a), gather_with_local_grad(b), self.temperature)
+
+    def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
+        z = self.embed(batch)
+        return self.pair_loss(z[:n], z[n:])
 
     forward = loss
     gathers_negatives = True
 
+    def cached_backward(self, batch: dict[str, torch.Tensor], n: int, chunks: int, scale: float = 1.0) -> torch.Tensor:
+        """Gradient accumulation that keeps every negative (GradCache, Gao et al. 2021).
+
+        Embeds the batch in `chunks` pieces without a graph, takes the loss and its
+        gradient with respect to the embeddings over the whole batch, then re-embeds each
+        piece with a graph (same dropout: its random state is replayed) and back-propagates
+        the cached gradient. Memory is one piece's activations; the gradient equals the
+        whole batch's. Returns the loss.
+        """
+        pieces = [list(range(start, min(start + math.ceil(2 * n / chunks), 2 * n)))
+                  for start in range(0, 2 * n, math.ceil(2 * n / chunks))]  # fmt: skip
+        states, parts = [], []
+        with torch.no_grad():
+            for rows in pieces:
+                states.append(_rng_state())
+                parts.append(self.embed({k: v[rows] for k, v in batch.items()}))
+        z = torch.cat(parts).detach().requires_grad_(True)
+        loss = self.pair_loss(z[:n], z[n:])
+        (loss * scale).backward()
+        cached = z.grad
+        for rows, state in zip(pieces, states, strict=True):
+            _set_rng_state(state)
+            again = self.embed({k: v[rows] for k, v in batch.items()})
+            again.backward(cached[rows[0] : rows[-1] + 1])
+        return loss.detach()
+
     def head_parameters(self) -> list[nn.Parameter]:
         return []
+
+
+def _rng_state() -> tuple:
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+
+def _set_rng_state(state: tuple) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
 
 
 def masked_max_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ def _rows(batch, rows):
     return {k: v[rows] for k, v in batch.items()}
 
 
-def _rank_gradients(rank, world, init_file, kind, out):
+def _rank_gradients(rank, world, init_file, kind, out, pieces=1):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     model = _contrastive(kind)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -36,16 +36,16 @@ def _rank_gradients(rank, world, init_file, kind, out):
     a_rows = list(range(rank * share, (rank + 1) * share))
     local = _rows(batch, a_rows + [n + i for i in a_rows])  # this rank's pairs, views a then b
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    loss = train_step(ddp, optimizer, local, share, train_encoder=True)
+    loss = train_step(ddp, optimizer, local, share, train_encoder=True, accumulation=pieces)
     if rank == 0:
         torch.save({"loss": loss, "grads": [p.grad for p in model.parameters()]}, out)
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("kind", ["ntxent", "infonce"])
-def test_two_ranks_with_gathered_negatives_give_the_single_process_gradient(tmp_path, kind):
+@pytest.mark.parametrize(("kind", "pieces"), [("ntxent", 1), ("infonce", 1), ("ntxent", 2)])
+def test_two_ranks_with_gathered_negatives_give_the_single_process_gradient(tmp_path, kind, pieces):
     out = tmp_path / "rank0.pt"
-    mp.spawn(_rank_gradients, args=(2, str(tmp_path / "init"), kind, str(out)), nprocs=2, join=True)
+    mp.spawn(_rank_gradients, args=(2, str(tmp_path / "init"), kind, str(out), pieces), nprocs=2, join=True)
     distributed = torch.load(out, weights_only=False)
 
     model = _contrastive(kind)

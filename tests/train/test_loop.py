@@ -80,3 +80,7 @@ def test_headless_objectives_refuse_a_warmup_and_get_their_defaults():
         TrainConfig(objective="ntxent", head_warmup_steps=5)
     with pytest.raises(ValidationError, match="odd sizes"):
         TrainConfig(objective="isbert", isbert_windows=(2, 3))
+    with pytest.raises(ValidationError, match="sgopt's in-batch negatives would change"):
+        TrainConfig(objective="sgopt", grad_accumulation=2)
+    with pytest.raises(ValidationError, match="use precision bf16"):
+        TrainConfig(objective="ntxent", grad_accumulation=2, precision="fp16")

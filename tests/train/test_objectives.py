@@ -139,3 +139,59 @@ def test_isbert_trains_encoder_and_cnn_on_view_a_only():
     model.eval()
     with torch.no_grad():
         assert float(model.loss(changed, 4)) == pytest.approx(float(model.loss(batch, 4)))
+
+
+@pytest.mark.parametrize("kind", ["ntxent", "infonce"])
+def test_cached_gradient_accumulation_equals_the_whole_batch(kind):
+    from train.loop import train_step
+
+    grads = []
+    for pieces in (1, 4):
+        torch.manual_seed(0)
+        model = Contrastive(TinyEncoder(), loss=kind, temperature=0.1)
+        model.eval()  # same function in both runs (no dropout)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        loss = train_step(model, optimizer, _batch(n=8, length=6), 8, train_encoder=True, accumulation=pieces)
+        grads.append((loss, [p.grad.clone() for p in model.parameters()]))
+    assert grads[0][0] == pytest.approx(grads[1][0], rel=1e-6)
+    for whole, cached in zip(grads[0][1], grads[1][1], strict=True):
+        torch.testing.assert_close(cached, whole, rtol=1e-5, atol=1e-7)
+
+
+def test_cached_backward_replays_dropout():
+    torch.manual_seed(0)
+    model = Contrastive(TinyEncoder(), loss="ntxent", temperature=0.1)
+    model.train()  # dropout on: the re-embedding must draw the same masks as the first pass
+    batch = _batch(n=4, length=5)
+    seen = []
+    original = model.embed
+
+    def recording(piece):
+        z = original(piece)
+        seen.append(z.detach().clone())
+        return z
+
+    model.embed = recording
+    model.cached_backward(batch, 4, chunks=2)
+    first, replay = seen[:2], seen[2:]
+    for a, b in zip(first, replay, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_bsl_accumulation_weights_pieces_by_their_pairs():
+    import copy
+
+    from train.bsl import BSL
+    from train.loop import train_step
+
+    torch.manual_seed(0)
+    base = BSL(TinyEncoder(), dim=8, k=2)
+    grads = []
+    for pieces in (1, 2):
+        model = copy.deepcopy(base)
+        model.eval()  # batch norm on running statistics: the same function for any piece size
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        train_step(model, optimizer, _batch(n=8, length=6), 8, train_encoder=True, accumulation=pieces)
+        grads.append([p.grad.clone() for p in model.online.parameters()])
+    for whole, pieces in zip(*grads, strict=True):
+        torch.testing.assert_close(pieces, whole, rtol=1e-5, atol=1e-7)
