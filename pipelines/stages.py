@@ -25,6 +25,7 @@ from storage.ids import canonical_json, file_hash, fingerprint
 from storage.lake import Lake, LakeError
 from storage.schema import EVALS, MODELS, RUNS
 from storage.snapshots import Snapshot, create_pairs_snapshot, read_pairs
+from train import distributed
 from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 from train.evaluate import LOADERS, Embedder, StsTask, spearman_x100
 from train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint
@@ -244,6 +245,8 @@ def code_version() -> str:
 def record_run(
     ctx: RunContext, flow: str, started: datetime, status: str, timings: dict, counts: dict, error: str | None = None
 ) -> None:
+    if not distributed.is_main():  # under torchrun one run is one record
+        return
     versions = {}
     for name in PACKAGES:
         try:
