@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from augment.ingest import ingest
+from demo_data import demo_sentences
+
 from augment.neural import convert_to_ct2, model_revision
 
-ROOT = Path(__file__).resolve().parents[1]
 OPUS_MT_EN_DE = {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048, "vocab": 58101}
 
 
@@ -61,16 +62,6 @@ def build_marian(out: Path, corpus: list[str]) -> Path:
     MarianMTModel(config).eval().save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
-
-
-def demo_sentences(n: int) -> list[str]:
-    """The demo corpus's first `n` unique sentences (SNLI, detokenised), as the demo reads them."""
-    data = ROOT / "recipes" / "data" / "snli"
-    result = ingest(
-        [data / "s1.dev", data / "s2.dev"], corpus="bench", fmt="senteval", lang="en", detokenize=True,
-        min_words=3, max_words=64, limit=n, run_id="bench",
-    )  # fmt: skip
-    return result.sentences["text"].to_pylist()
 
 
 def time_hf(model, tokenizer, batches: list[list[str]], n: int, device: str) -> float:

@@ -17,24 +17,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
+from demo_data import demo_sentences
 
-from augment.ingest import ingest
 from train.config import OBJECTIVES, TrainConfig
 from train.encoder import load_sentence_model
 from train.loop import train_model
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def demo_sentences(limit: int) -> list[str]:
-    data = ROOT / "recipes" / "data" / "snli"
-    result = ingest(
-        [data / "s1.dev", data / "s2.dev"], corpus="bench", fmt="senteval", lang="en", detokenize=True,
-        min_words=3, max_words=64, limit=limit, run_id="bench",
-    )  # fmt: skip
-    return result.sentences["text"].to_pylist()
 
 
 def build_bert_base(out: Path, sentences: list[str]) -> Path:

@@ -27,18 +27,17 @@ _STAGES = (
 TASKS = {fn: task(fn, name=fn.__name__.removesuffix("_stage"), cache_policy=NO_CACHE) for fn in _STAGES}
 
 
+def _run_as_tasks(flow_name: str, recipe_path: str, state_dir: str, overrides: list[str] | None, **options: Any):
+    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
+    return stages.run_recipe(ctx, call=lambda stage, *args: TASKS[stage](*args), flow=f"prefect:{flow_name}", **options)
+
+
 @flow(name="viewmill-recipe")
 def recipe_flow(
     recipe_path: str, state_dir: str, preflight_done: bool = False, overrides: list[str] | None = None
 ) -> dict[str, Any]:
     """Run a recipe end to end: preflight, ingest, augment, pair, train, evaluate."""
-    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
-    return stages.run_recipe(
-        ctx,
-        call=lambda stage, *args: TASKS[stage](*args),
-        flow="prefect:viewmill-recipe",
-        preflight_done=preflight_done,
-    )
+    return _run_as_tasks("viewmill-recipe", recipe_path, state_dir, overrides, preflight_done=preflight_done)
 
 
 @flow(name="viewmill-train")
@@ -51,12 +50,7 @@ def train_flow(
 ) -> dict[str, Any]:
     """Train a recipe's encoder: on an existing pairs snapshot, or on the pairs the recipe
     makes (ingest, augment and pair reuse what the lake already has). No evaluation."""
-    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
-    return stages.run_recipe(
-        ctx,
-        call=lambda stage, *args: TASKS[stage](*args),
-        flow="prefect:viewmill-train",
-        preflight_done=preflight_done,
-        snapshot=snapshot,
-        evaluate=False,
-    )
+    return _run_as_tasks(
+        "viewmill-train", recipe_path, state_dir, overrides,
+        preflight_done=preflight_done, snapshot=snapshot, evaluate=False,
+    )  # fmt: skip
