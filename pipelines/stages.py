@@ -134,11 +134,10 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, 
         return {"model_id": model_id, "path": str(out_dir), "reused": True}
     with ctx.lake() as lake:
         table = read_pairs(lake, snapshot)
-    pairs = list(zip(table["text_a"].to_pylist(), table["text_b"].to_pylist(), strict=True))
     card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id}
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
         report = train_model(
-            pairs,
+            table,
             base,
             spec,
             out_dir,

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from torch import nn
 
@@ -139,7 +141,7 @@ DevScore = Callable[[object], float]  # a SentenceTransformer in, STS-B dev Spea
 
 
 def train_model(
-    pairs: Sequence[tuple[str, str]],
+    pairs: Sequence[tuple[str, str]] | pa.Table,
     base_model: str,
     config: TrainConfig,
     out_dir: Path,
@@ -151,8 +153,10 @@ def train_model(
 ) -> TrainReport:
     """Fit `config.objective` on (view a, view b) pairs starting from `base_model`; export to `out_dir`.
 
-    `keys` (sentence ids, one per pair) keep two pairs of one sentence out of a batch.
-    Every `checkpoint_every` steps the full training state (weights, optimiser, loss
+    `pairs` is a list of (view a, view b) or an Arrow table with text_a and text_b (a
+    snapshot as the lake returns it: its texts stay in Arrow buffers and each batch takes
+    its rows). `keys` (sentence ids, one per pair) keep two pairs of one sentence out of a
+    batch. Every `checkpoint_every` steps the full training state (weights, optimiser, loss
     scaler, random generators) goes to `<out_dir>.checkpoint/`; a run started again with
     the same configuration resumes from it and ends with the same weights as one that
     never stopped. With `dev` and `eval_every`, the exported model is scored before
@@ -190,14 +194,14 @@ def train_model(
     if distributed.world_size() > 1:
         # Unused parameters: the encoder while the head warms up.
         model = torch.nn.parallel.DistributedDataParallel(objective, find_unused_parameters=True)
-    lengths = [len(a) + len(b) for a, b in pairs]
-    plan = batches(lengths, config.batch_size, config.steps, config.seed, keys=keys)
+    source = PairTexts(pairs)
+    plan = batches(source.lengths(), config.batch_size, config.steps, config.seed, keys=keys)
     objective.train()
     for step, index in enumerate(plan, start=1):
         if step <= state.step:
             continue  # done before the restart
         index = distributed.shard(index)
-        texts = [pairs[i][0] for i in index] + [pairs[i][1] for i in index]
+        texts = source.texts(index)
         batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
         batch = {k: v.to(device) for k, v in batch.items()}
         warming_up = step <= config.head_warmup_steps
@@ -223,12 +227,12 @@ def train_model(
     objective.eval()
     if not main:  # rank 0 exports
         distributed.barrier()
-        return TrainReport(state.step, len(pairs), state.losses[0], state.losses[-1], 0.0, str(out_dir))
+        return TrainReport(state.step, len(source), state.losses[0], state.losses[-1], 0.0, str(out_dir))
     if config.eval_every and config.keep_best and state.best_step != state.step:
         exported.load_state_dict(checkpoints.best_weights())
     report = TrainReport(
         steps=state.step,
-        pairs=len(pairs),
+        pairs=len(source),
         first_loss=state.losses[0] if state.losses else float("nan"),
         last_loss=state.losses[-1] if state.losses else float("nan"),
         seconds=time.perf_counter() - start,
@@ -240,6 +244,28 @@ def train_model(
     checkpoints.clear()
     distributed.barrier()
     return report
+
+
+class PairTexts:
+    """Pairs as Arrow columns (compact, no Python string per text until a batch needs it)."""
+
+    def __init__(self, pairs: Sequence[tuple[str, str]] | pa.Table) -> None:
+        if isinstance(pairs, pa.Table):
+            self.a, self.b = pairs["text_a"].combine_chunks(), pairs["text_b"].combine_chunks()
+        else:
+            self.a = pa.array([a for a, _ in pairs], pa.string())
+            self.b = pa.array([b for _, b in pairs], pa.string())
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def lengths(self) -> list[int]:
+        return pc.add(pc.utf8_length(self.a), pc.utf8_length(self.b)).to_pylist()
+
+    def texts(self, index: list[int]) -> list[str]:
+        """View a of each pair, then view b of each, in `index` order."""
+        rows = pa.array(index, pa.int64())
+        return self.a.take(rows).to_pylist() + self.b.take(rows).to_pylist()
 
 
 def _score(dev: DevScore, exported, objective: nn.Module) -> float:

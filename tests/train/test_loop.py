@@ -84,3 +84,20 @@ def test_headless_objectives_refuse_a_warmup_and_get_their_defaults():
         TrainConfig(objective="sgopt", grad_accumulation=2)
     with pytest.raises(ValidationError, match="use precision bf16"):
         TrainConfig(objective="ntxent", grad_accumulation=2, precision="fp16")
+
+
+def test_arrow_pairs_train_exactly_like_a_list_and_the_predictor_is_not_exported(tmp_path, tiny_model):
+    import pyarrow as pa
+    from safetensors import safe_open
+    from sentence_transformers import SentenceTransformer
+
+    pairs = [(s, s.lower()) for s in SENTENCES]
+    table = pa.table({"text_a": [a for a, _ in pairs], "text_b": [b for _, b in pairs]})
+    config = TrainConfig(steps=3, head_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2)
+    train_model(pairs, str(tiny_model), config, tmp_path / "list", card={})
+    train_model(table, str(tiny_model), config, tmp_path / "arrow", card={})
+    a, b = (SentenceTransformer(str(tmp_path / n)).encode(SENTENCES[:3]) for n in ("list", "arrow"))
+    assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-6)
+    with safe_open(str(tmp_path / "arrow" / "model.safetensors"), "pt") as weights:
+        names = list(weights.keys())
+    assert names and not any("predictor" in n or "target" in n for n in names), "inference is the online encoder"
