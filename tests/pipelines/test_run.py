@@ -1,6 +1,7 @@
 """The whole recipe through the plain stage functions: real Apertium, real DuckLake, tiny model."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,9 @@ def test_full_run_fills_every_table_and_a_rerun_reuses_everything(tmp_path, tiny
     assert first["snapshot"]["created"] and first["snapshot"]["n_pairs"] > 10
     assert not first["train"]["reused"]
     assert [e["model"] for e in first["evals"]] == ["untrained", "trained"]
+    card = (Path(first["train"]["path"]) / "README.md").read_text()
+    trained_value = first["evals"][1]["value"]
+    assert "## Metrics" in card and f"| sts-fixture | {trained_value:.2f} |" in card, "the card names the metrics"
 
     with Lake(state.lake, read_only=True) as lake:
         counts = {t: lake.scalar(f"SELECT count(*) FROM {t}") for t in ("sentences", "views", "pairs", "models")}
@@ -44,6 +48,7 @@ def test_full_run_fills_every_table_and_a_rerun_reuses_everything(tmp_path, tiny
     with Lake(state.lake, read_only=True) as lake:
         assert lake.scalar("SELECT count(*) FROM translations") == translations
         assert lake.scalar("SELECT count(*) FROM runs WHERE status = 'succeeded'") == 2
+    assert (Path(first["train"]["path"]) / "README.md").read_text().count("## Metrics") == 1
 
 
 @pytest.mark.parametrize("problem", ["not_utf8", "empty", "missing", "no_apertium_pair"])
