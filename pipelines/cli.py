@@ -13,7 +13,7 @@ from rich.table import Table
 
 from augment.engines import EngineError
 from augment.ingest import CorpusError
-from pipelines.recipe import RecipeError, load_recipe
+from pipelines.recipe import RecipeError, load_recipe, load_suite
 from pipelines.state import StatePaths
 from storage.lake import CATALOG_ENV, Lake, LakeError
 from train.encoder import EncoderError
@@ -124,6 +124,32 @@ def _run(recipe: Path, state_dir, catalog, overrides, prefect: bool, *, snapshot
     except USER_ERRORS as exc:
         _fail(exc)
     render_summary(summary, console)
+
+
+@app.command("eval")
+def eval_models(
+    models: Annotated[list[str], typer.Argument(help="model directories, embedded:NAME or hub ids")],
+    suite: Annotated[Path, typer.Option(help="evaluation suite YAML (tasks)")] = Path("recipes/eval-papers.yaml"),
+    baselines: Annotated[
+        bool, typer.Option(help="add each model's untrained start with mean pooling and with [CLS]")
+    ] = True,
+    out: Annotated[Path | None, typer.Option(help="folder for the Markdown table and the plot")] = None,
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """Evaluate models side by side: results go to the lake's evals, a Markdown table and a PNG plot."""
+    from pipelines.evaluation import evaluate_cli
+
+    _use_catalog(catalog)
+    state = StatePaths.resolve(state_dir)
+    try:
+        report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    console.print(report.markdown, highlight=False, markup=False)
+    for line in report.conventions:
+        console.print(line, highlight=False, markup=False)
+    console.print(f"table: {report.markdown_path}\nplot: {report.plot_path}", highlight=False)
 
 
 def _print_table(table, fmt: str) -> None:

@@ -14,6 +14,8 @@ from augment.readers import NLI_FORMATS, ReadOptions
 from storage.ids import canonical_json, fingerprint
 from train.config import TrainConfig
 from train.evaluate import StsTask
+from train.senteval import TransferTask
+from train.suite import EvalTask
 
 
 class RecipeError(ValueError):
@@ -68,7 +70,7 @@ class TrainSpec(TrainConfig):
 class EvaluateSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tasks: list[StsTask] = Field(min_length=1)
+    tasks: list[EvalTask] = Field(min_length=1)
     baseline: bool = True
     batch_size: int = Field(64, ge=1)
 
@@ -101,8 +103,8 @@ class Recipe(BaseModel):
             )
         return self
 
-    def sts_tasks(self) -> list[StsTask]:
-        """Every STS file the recipe reads: the evaluation tasks and the training dev set."""
+    def eval_tasks(self) -> list[StsTask | TransferTask]:
+        """Every evaluation the recipe reads: the evaluation tasks and the training dev set."""
         tasks = list(self.evaluate.tasks) if self.evaluate is not None else []
         if self.train is not None and self.train.dev is not None:
             tasks.append(self.train.dev)
@@ -137,6 +139,33 @@ def _format_validation_error(path: Path, error: ValidationError) -> str:
             message = "required field is missing; add it"
         lines.append(f"  - {where}: {message}")
     return "\n".join(lines)
+
+
+def load_suite(path: Path | str) -> EvaluateSpec:
+    """An evaluation suite file: the `evaluate:` section of a recipe on its own (tasks,
+    batch_size); task paths are taken from the file's folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"evaluation suite not found: {path} (try recipes/eval-papers.yaml)")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        suite = EvaluateSpec.model_validate(raw)
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"suite {path} is not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        raise RecipeError(_format_validation_error(path, exc).replace("recipe", "suite", 1)) from None
+    base = path.resolve().parent
+    for task in suite.tasks:
+        _resolve_task_paths(task, base)
+    return suite
+
+
+def _resolve_task_paths(task: StsTask | TransferTask, base: Path) -> None:
+    if not task.path.is_absolute():
+        task.path = (base / task.path).resolve()
+    gold = getattr(task, "gold_path", None)
+    if gold is not None and not gold.is_absolute():
+        task.gold_path = (base / gold).resolve()
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
@@ -179,9 +208,8 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
         f if f.is_absolute() or (recipe.corpus.format == "hf" and not (base / f).exists()) else (base / f).resolve()
         for f in recipe.corpus.files
     ]  # an hf source that is not a local directory is a hub id
-    for task in recipe.sts_tasks():
-        if not task.path.is_absolute():
-            task.path = (base / task.path).resolve()
+    for task in recipe.eval_tasks():
+        _resolve_task_paths(task, base)
     if recipe.train is not None and not recipe.train.encoder.startswith("embedded:"):
         candidate = base / recipe.train.encoder
         if candidate.exists():

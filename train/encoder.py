@@ -52,12 +52,21 @@ def uses_viewmill_modules(resolved: str) -> bool:
     return modules.is_file() and VIEWMILL_MODULES in modules.read_text(encoding="utf-8")
 
 
-def load_sentence_model(resolved: str, device: str = "cpu"):
+def load_sentence_model(resolved: str, device: str = "cpu", pooling: str | None = None):
     """A SentenceTransformer; a plain transformers encoder gets mean pooling added by the library.
 
-    Models whose modules include viewmill's own (an IS-BERT export) are loaded with
-    `trust_remote_code`, which here runs only code from this installed package.
+    `pooling` ("mean" or "cls") rebuilds the model as its transformer plus that pooling:
+    the papers' untrained baselines. Models whose modules include viewmill's own (an
+    IS-BERT export) are loaded with `trust_remote_code`, which here runs only code from
+    this installed package.
     """
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(resolved, device=device, trust_remote_code=uses_viewmill_modules(resolved))
+    model = SentenceTransformer(resolved, device=device, trust_remote_code=uses_viewmill_modules(resolved))
+    if pooling is None:
+        return model
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    transformer = model[0]
+    dim = transformer.get_embedding_dimension()
+    return SentenceTransformer(modules=[transformer, Pooling(dim, pooling_mode=pooling)], device=device)

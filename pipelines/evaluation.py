@@ -1,0 +1,68 @@
+"""`viewmill eval`: models (and their untrained baselines) on a suite, side by side."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipelines.recipe import EvaluateSpec
+from pipelines.stages import evaluate_models
+from pipelines.state import StatePaths
+from storage.ids import fingerprint
+from storage.lake import Lake
+from train.encoder import encoder_fingerprint, resolve_encoder
+from train.loop import MANIFEST
+from train.suite import bar_chart, check, markdown_table
+
+
+@dataclass
+class EvalReport:
+    markdown: str
+    conventions: list[str]
+    markdown_path: Path
+    plot_path: Path
+
+
+def model_entries(refs: list[str], baselines: bool) -> list[dict]:
+    """{label, path, model_id[, pooling]} per model, then each distinct untrained start
+    (a viewmill model's base model, or the model itself) with mean and with [CLS] pooling."""
+    entries, starts = [], {}
+    for ref in refs:
+        path = resolve_encoder(ref)
+        manifest = Path(path) / MANIFEST
+        label = Path(path).name if Path(path).is_dir() and not ref.startswith("embedded:") else ref
+        entries.append({"label": label, "path": path, "model_id": encoder_fingerprint(path)})
+        base_ref = (
+            json.loads(manifest.read_text(encoding="utf-8")).get("base_model", ref) if manifest.is_file() else ref
+        )
+        starts.setdefault(base_ref, resolve_encoder(base_ref))
+    if baselines:
+        for base_ref, base in starts.items():
+            for pooling, name in (("mean", "mean pooling"), ("cls", "[CLS]")):
+                entries.append({"label": f"{base_ref} ({name})", "path": base, "pooling": pooling,
+                                "model_id": fingerprint(encoder_fingerprint(base), pooling)})  # fmt: skip
+    return entries
+
+
+def evaluate_cli(
+    refs: list[str], suite: EvaluateSpec, state: StatePaths, *, baselines: bool, out: Path | None
+) -> EvalReport:
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    for task in suite.tasks:  # every file readable before any model is loaded
+        check(task)
+    entries = model_entries(refs, baselines)
+    with Lake(state.lake) as lake:
+        results = evaluate_models(lake, entries, suite.tasks, run_id=run_id, batch_size=suite.batch_size)
+    names = [task.name for task in suite.tasks]
+    table = markdown_table(results, names)
+    conventions = sorted({f"{r['task']}: {r['convention']}" for r in results})
+    folder = out or state.root / "reports"
+    folder.mkdir(parents=True, exist_ok=True)
+    markdown_path = folder / f"eval-{run_id}.md"
+    notes = "\n".join(f"- {line}" for line in conventions)
+    markdown_path.write_text(f"# viewmill eval {run_id}\n\n{table}\n{notes}\n", encoding="utf-8")
+    plot_path = bar_chart(results, names, folder / f"eval-{run_id}.png")
+    return EvalReport(table, conventions, markdown_path, plot_path)

@@ -1,0 +1,81 @@
+"""An evaluation suite: STS and SentEval transfer tasks behind one interface, and the
+papers' layout for their results (a Markdown table and a bar chart)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import Discriminator, Tag
+
+from train.evaluate import StsTask, load_task, score_task
+from train.senteval import TransferTask, load_transfer, score_transfer
+
+
+def _kind(value: Any) -> str:
+    fmt = value.get("format") if isinstance(value, dict) else getattr(value, "format", None)
+    return "transfer" if fmt == "senteval-transfer" else "sts"
+
+
+EvalTask = Annotated[Annotated[StsTask, Tag("sts")] | Annotated[TransferTask, Tag("transfer")], Discriminator(_kind)]
+
+
+def metric_of(task: StsTask | TransferTask) -> str:
+    return "accuracy_x100" if isinstance(task, TransferTask) else "spearman_cosine_x100"
+
+
+def check(task: StsTask | TransferTask) -> None:
+    """Read the task's files (raises EvalDataError naming the file) without embedding anything."""
+    if isinstance(task, TransferTask):
+        load_transfer(task)
+    else:
+        load_task(task)
+
+
+def score(embed: Callable[[list[str]], np.ndarray], task: StsTask | TransferTask) -> list[dict]:
+    rows = score_transfer(embed, task) if isinstance(task, TransferTask) else score_task(embed, task)
+    for row in rows:
+        row.setdefault("unscored", 0)
+    return rows
+
+
+def markdown_table(results: list[dict], tasks: list[str]) -> str:
+    """Models as rows, tasks as columns and an Avg. column (the papers' layout); each cell
+    is a task's headline figure (STS: all subsets concatenated; transfer: accuracy)."""
+    by_model: dict[str, dict[str, float]] = {}
+    for row in results:
+        by_model.setdefault(row["model"], {})[row["task"]] = row["value"]
+    lines = ["| model | " + " | ".join(tasks) + " | Avg. |", "|---" * (len(tasks) + 2) + "|"]
+    for model, values in by_model.items():
+        cells = [values.get(task) for task in tasks]
+        present = [v for v in cells if v is not None]
+        avg = f"{np.mean(present):.2f}" if len(present) == len(tasks) else "n/a"
+        lines.append(f"| {model} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in cells) + f" | {avg} |")
+    return "\n".join(lines) + "\n"
+
+
+def bar_chart(results: list[dict], tasks: list[str], path: Path) -> Path:
+    """Grouped bars: one group per task, one bar per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(row["model"] for row in results))
+    values = {(row["model"], row["task"]): row["value"] for row in results}
+    width = 0.8 / max(1, len(models))
+    figure, axes = plt.subplots(figsize=(max(6.0, 1.2 * len(tasks) * max(1, len(models)) / 2), 4.0))
+    positions = np.arange(len(tasks))
+    for i, model in enumerate(models):
+        heights = [values.get((model, task), np.nan) for task in tasks]
+        axes.bar(positions + i * width - 0.4 + width / 2, heights, width, label=model)
+    axes.set_xticks(positions, tasks, rotation=30, ha="right")
+    axes.set_ylabel("Spearman x100 (STS) / accuracy (transfer)")
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
