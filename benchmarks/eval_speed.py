@@ -43,7 +43,8 @@ def main() -> None:
     start = time.perf_counter()
     again = {name: spearman_x100(uncached, data) for name, data in tasks.items()}
     plain = time.perf_counter() - start
-    assert all(abs(scores[k] - again[k]) < 1e-6 for k in scores)
+    # Batches differ (padding), so vectors differ in the last float bits; the figures agree.
+    assert all(abs(scores[k] - again[k]) < 0.01 for k in scores), (scores, again)
     print(f"with the cache:    {cached:6.1f} s  {len(texts) / cached:7.1f} sentences/s  {scores}")
     print(f"without the cache: {plain:6.1f} s  {len(texts) / plain:7.1f} sentences/s")
     print(f"speed-up {plain / cached:.2f}x")
