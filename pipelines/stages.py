@@ -170,10 +170,12 @@ def _dev_scorer(task: StsTask | None):
 
 
 def task_data_hash(task: StsTask | TransferTask) -> str:
-    """The bytes a task reads and how it reads them: a stored result is reused only for the same."""
+    """The bytes a task reads, how it reads them and the code that scores them: a stored
+    result is reused only when all three are the same."""
     paths = [p for p in (task.path, getattr(task, "gold_path", None)) if p is not None]
     hashes = [dir_fingerprint(p) if p.is_dir() else file_hash(p) for p in paths]
-    return fingerprint(*hashes, task.model_dump(mode="json", exclude={"name", "path", "gold_path"}))
+    settings = task.model_dump(mode="json", exclude={"name", "path", "gold_path"})
+    return fingerprint(*hashes, settings, suite.code_fingerprint())
 
 
 def evaluate_stage(ctx: RunContext, models: list[dict[str, str]]) -> list[dict[str, Any]]:

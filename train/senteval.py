@@ -48,17 +48,19 @@ class Split:
     labels: np.ndarray
 
 
-def _lines(path: Path) -> list[str]:
+def _lines(path: Path, keep_blank: bool = False) -> list[str]:
     if not path.is_file():
         raise EvalDataError(f"SentEval file not found: {path} (point the task's path at the task's folder)")
-    return [line.strip() for line in path.read_bytes().decode("latin-1").splitlines() if line.strip()]
+    lines = [line.strip() for line in path.read_bytes().decode("latin-1").splitlines()]
+    return lines if keep_blank else [line for line in lines if line]
 
 
 def load_transfer(task: TransferTask) -> dict[str, Split]:
     """{"all"} for cross-validated tasks, {"train", "test"} (and "dev") for split ones."""
     folder = task.path
     if task.task in CV_FILES:
-        positive, negative = (_lines(folder / name) for name in CV_FILES[task.task])
+        # Blank lines count as (empty) sentences, as in SentEval: CR has 3,775 and MPQA 10,606.
+        positive, negative = (_lines(folder / name, keep_blank=True) for name in CV_FILES[task.task])
         return {"all": Split(positive + negative, np.array([1] * len(positive) + [0] * len(negative)))}
     if task.task == "SST2":
         splits = {}

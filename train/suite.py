@@ -4,12 +4,14 @@ papers' layout for their results (a Markdown table and a bar chart)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Discriminator, Tag
 
+from storage.ids import fingerprint
 from train.evaluate import StsTask, load_task, score_task
 from train.senteval import TransferTask, load_transfer, score_transfer
 
@@ -20,6 +22,13 @@ def _kind(value: Any) -> str:
 
 
 EvalTask = Annotated[Annotated[StsTask, Tag("sts")] | Annotated[TransferTask, Tag("transfer")], Discriminator(_kind)]
+
+
+@cache
+def code_fingerprint() -> str:
+    """Hash of the scoring code: a changed evaluator never reuses an old figure."""
+    here = Path(__file__).parent
+    return fingerprint(*((here / name).read_text(encoding="utf-8") for name in ("evaluate.py", "senteval.py")))
 
 
 def metric_of(task: StsTask | TransferTask) -> str:

@@ -182,3 +182,31 @@ def test_reproduces_minilm_on_sick_r_as_mteb_scores_it():
     assert len(data.gold) == 9927
     embed = Embedder(load_sentence_model(resolve_encoder("embedded:all-MiniLM-L6-v2")))
     assert spearman_x100(embed, data) == pytest.approx(77.58, abs=0.1)
+
+
+@needs_shared
+def test_senteval_transfer_sets_load_with_senteval_sizes():
+    from train.senteval import TransferTask, load_transfer
+
+    sizes = {}
+    for task in ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"):
+        folder = SHARED / "senteval_classification" / ("SST" if task == "SST2" else task)
+        data = load_transfer(TransferTask(name=task, task=task, path=folder))
+        sizes[task] = {split: len(d.labels) for split, d in data.items()}
+    assert sizes == {
+        "MR": {"all": 10662}, "CR": {"all": 3775}, "SUBJ": {"all": 10000}, "MPQA": {"all": 10606},
+        "SST2": {"train": 67349, "dev": 872, "test": 1821}, "TREC": {"train": 5452, "test": 500},
+        "MRPC": {"train": 4076, "test": 1725},
+    }  # fmt: skip
+
+
+def test_transfer_errors_name_the_file(tmp_path):
+    from train.senteval import TransferTask, load_transfer
+
+    with pytest.raises(EvalDataError, match=r"SentEval file not found: .*rt-polarity.pos"):
+        load_transfer(TransferTask(name="MR", task="MR", path=tmp_path))
+    (tmp_path / "binary").mkdir()
+    for split in ("train", "dev", "test"):
+        (tmp_path / "binary" / f"sentiment-{split}").write_text("no label here\n", encoding="utf-8")
+    with pytest.raises(EvalDataError, match="sentiment-train: expected 'sentence TAB label'"):
+        load_transfer(TransferTask(name="SST2", task="SST2", path=tmp_path))
