@@ -27,7 +27,7 @@ def _suite(tmp_path):
         "tasks:\n"
         "  - {name: STS16, format: senteval-sts, path: STS16-en-test}\n"
         "  - {name: fixture, format: stsb, path: sts.csv}\n"
-        "  - {name: MR, format: senteval-transfer, task: MR, path: MR, folds: 2}\n",
+        "  - {name: MR, format: senteval-transfer, task: MR, path: MR, folds: 2, inner_folds: 2}\n",
         encoding="utf-8",
     )
     return suite
