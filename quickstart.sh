@@ -2,15 +2,16 @@
 # viewmill quick start. Installs what is missing, then:
 #   ./quickstart.sh demo   runs recipes/demo.yaml end to end (embedded default: no hub, no GPU, no server)
 #   ./quickstart.sh test   runs the linter and the test suite
+#   ./quickstart.sh install  only installs (what docker/ images run, so both stay the same)
 # System packages come from apt-get, Python packages go into ./.venv; both steps are
 # skipped when already done, so a second call starts at once.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-usage() { echo "usage: ./quickstart.sh demo|test [extra arguments for viewmill run / pytest]" >&2; exit 2; }
+usage() { echo "usage: ./quickstart.sh demo|test|install [extra arguments for viewmill run / pytest]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 command=$1; shift
-case "$command" in demo|test) ;; *) usage ;; esac
+case "$command" in demo|test|install) ;; *) usage ;; esac
 
 SYSTEM_PACKAGES=(apertium apertium-eng-spa apertium-eng-cat wordnet-base)
 # The tests also start a real PostgreSQL server (the lake's multi-writer catalog).
@@ -39,8 +40,9 @@ install_python_packages() {
   want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "==> pip install (pinned by constraints.txt)"
-    # torch first and on its own: the CPU build, so no other package pulls a CUDA one.
-    .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
+    # torch first and on its own, so no other package picks its build. VIEWMILL_TORCH_INDEX
+    # chooses one (the GPU image: PyTorch's CUDA index); by default pip's own choice.
+    .venv/bin/pip install -q --disable-pip-version-check ${VIEWMILL_TORCH_INDEX:+--index-url "$VIEWMILL_TORCH_INDEX"} torch==2.13.0
     .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]"
     echo "$want" > "$stamp"
   fi
@@ -51,6 +53,7 @@ install_python_packages
 export DO_NOT_TRACK=1 TOKENIZERS_PARALLELISM=false
 
 case "$command" in
+  install) echo "==> installed" ;;
   demo) exec .venv/bin/viewmill run recipes/demo.yaml "$@" ;;
   test)
     .venv/bin/ruff check .
