@@ -10,7 +10,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from pipelines import stages
+from pipelines import artifacts, stages
 from pipelines.recipe import load_recipe
 from pipelines.state import StatePaths
 
@@ -29,7 +29,30 @@ TASKS = {fn: task(fn, name=fn.__name__.removesuffix("_stage"), cache_policy=NO_C
 
 def _run_as_tasks(flow_name: str, recipe_path: str, state_dir: str, overrides: list[str] | None, **options: Any):
     ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
-    return stages.run_recipe(ctx, call=lambda stage, *args: TASKS[stage](*args), flow=f"prefect:{flow_name}", **options)
+    summary = stages.run_recipe(
+        ctx, call=lambda stage, *args: TASKS[stage](*args), flow=f"prefect:{flow_name}", **options
+    )
+    publish(ctx, summary)
+    return summary
+
+
+def publish(ctx: stages.RunContext, summary: dict[str, Any]) -> None:
+    """Artifacts for the UI, and an event when augmentation made a new pairs snapshot."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+    from prefect.events import emit_event
+
+    key = ctx.recipe.name.lower().replace("_", "-").replace(".", "-")
+    if "augment" in summary:
+        with ctx.lake() as lake:
+            counts = artifacts.view_counts(lake, ctx.recipe.corpus_name)
+            sample = artifacts.round_trip_sample(lake, ctx.recipe.corpus_name)
+        create_table_artifact(counts, key=f"{key}-views", description="views per augmenter, status and reason")
+        create_markdown_artifact(sample, key=f"{key}-round-trips", description="a fixed sample of views")
+    if summary.get("evals"):
+        create_table_artifact(artifacts.eval_table(summary["evals"]), key=f"{key}-evals", description="evaluation")
+    snapshot = summary.get("snapshot")
+    if snapshot and snapshot.get("created"):
+        emit_event(**artifacts.snapshot_event(ctx.recipe.name, snapshot))
 
 
 @flow(name="viewmill-recipe")

@@ -38,6 +38,15 @@ def test_recipe_flow_runs_every_stage_as_a_task(tmp_path, tiny_recipe, prefect_s
             return sorted(run.name.rsplit("-", 1)[0] for run in runs)
 
     assert asyncio.run(task_names()) == ["augment", "augment", "evaluate", "ingest", "pair", "preflight", "train"]
+
+    async def artifact_keys() -> dict[str, str]:
+        async with get_client() as client:
+            found = await client.read_artifacts()
+            return {a.key: a.type for a in found if a.key}
+
+    keys = asyncio.run(artifact_keys())
+    assert keys["tiny-views"] == "table" and keys["tiny-evals"] == "table"
+    assert keys["tiny-round-trips"] == "markdown"
     with Lake(state_dir / "lake", read_only=True) as lake:
         assert lake.scalar("SELECT flow FROM runs") == "prefect:viewmill-recipe"
 
