@@ -13,6 +13,7 @@ from rich.table import Table
 
 from augment.engines import EngineError
 from augment.ingest import CorpusError
+from pipelines.prefect_env import PrefectServerError
 from pipelines.recipe import RecipeError, load_recipe, load_suite
 from pipelines.state import StatePaths
 from storage.lake import CATALOG_ENV, Lake, LakeError
@@ -26,7 +27,7 @@ app.add_typer(lake_app, name="lake")
 console = Console(width=None if sys.stdout.isatty() else 240)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
-USER_ERRORS = (RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError)
+USER_ERRORS = (RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError, PrefectServerError)
 StateDir = Annotated[
     Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")
 ]
@@ -109,9 +110,10 @@ def _run(recipe: Path, state_dir, catalog, overrides, prefect: bool, *, snapshot
         else:
             stages.existing_snapshot(ctx, snapshot)
         if prefect:
-            from pipelines.prefect_env import configure_prefect
+            from pipelines.prefect_env import check_prefect_server, configure_prefect
 
             configure_prefect(state)
+            check_prefect_server()
             from pipelines.flows import recipe_flow, train_flow
 
             if evaluate:
@@ -150,6 +152,42 @@ def eval_models(
     for line in report.conventions:
         console.print(line, highlight=False, markup=False)
     console.print(f"table: {report.markdown_path}\nplot: {report.plot_path}", highlight=False)
+
+
+@app.command()
+def serve(
+    recipe: Annotated[Path, typer.Argument(help="recipe YAML to augment nightly and train on new pairs")],
+    cron: Annotated[str, typer.Option(help="augmentation schedule (cron, server time zone)")] = "0 2 * * *",
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """Serve this recipe's deployments from this machine (needs a Prefect server: PREFECT_API_URL)."""
+    import os
+
+    _use_catalog(catalog)
+    state = StatePaths.resolve(state_dir)
+    try:
+        load_recipe(recipe)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    if not os.environ.get("PREFECT_API_URL"):
+        _fail(RecipeError(
+            "viewmill serve needs a Prefect server for schedules and triggers: start one (prefect server start, "
+            "or docker compose -f docker/compose.yaml up) and set PREFECT_API_URL=http://host:4200/api"
+        ))  # fmt: skip
+    from pipelines.prefect_env import check_prefect_server, configure_prefect
+
+    configure_prefect(state)
+    try:
+        check_prefect_server()
+    except USER_ERRORS as exc:
+        _fail(exc)
+    from prefect import serve as prefect_serve
+
+    from pipelines.flows import deployments, ensure_gpu_limit
+
+    ensure_gpu_limit()
+    prefect_serve(*deployments(str(recipe), str(state.root), cron=cron))
 
 
 def _print_table(table, fmt: str) -> None:

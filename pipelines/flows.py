@@ -5,6 +5,7 @@ Import this only after `configure_prefect` has set Prefect's environment.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
@@ -24,7 +25,15 @@ _STAGES = (
     stages.train_stage,
     stages.evaluate_stage,
 )
-TASKS = {fn: task(fn, name=fn.__name__.removesuffix("_stage"), cache_policy=NO_CACHE) for fn in _STAGES}
+# Stages that hold a model on the accelerator carry the `gpu` tag: a concurrency limit of
+# 1 on that tag (viewmill serve sets it) keeps one GPU from running two of them at once.
+MODEL_STAGES = {stages.train_stage, stages.evaluate_stage}
+TASKS = {
+    fn: task(
+        fn, name=fn.__name__.removesuffix("_stage"), cache_policy=NO_CACHE, tags=["gpu"] if fn in MODEL_STAGES else None
+    )
+    for fn in _STAGES
+}
 
 
 def _run_as_tasks(flow_name: str, recipe_path: str, state_dir: str, overrides: list[str] | None, **options: Any):
@@ -77,3 +86,44 @@ def train_flow(
         "viewmill-train", recipe_path, state_dir, overrides,
         preflight_done=preflight_done, snapshot=snapshot, evaluate=False,
     )  # fmt: skip
+
+
+@flow(name="viewmill-augment")
+def augment_flow(recipe_path: str, state_dir: str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Ingest, augment and pair (no training): the nightly job. A new pairs snapshot emits
+    `viewmill.snapshot.created`, which the training deployment's trigger listens for."""
+    return _run_as_tasks("viewmill-augment", recipe_path, state_dir, overrides, train=False, evaluate=False)
+
+
+def ensure_gpu_limit(limit: int = 1) -> None:
+    """The server-side concurrency limit behind the `gpu` tag (created once, kept if present)."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_concurrency_limit_by_tag("gpu")
+        except ObjectNotFound:
+            client.create_concurrency_limit(tag="gpu", concurrency_limit=limit)
+
+
+def deployments(recipe_path: str, state_dir: str, *, cron: str = "0 2 * * *") -> list:
+    """The single-box deployments `viewmill serve` runs: nightly augmentation on `cron`,
+    and training whenever augmentation of this recipe makes a new snapshot."""
+    from prefect.events import DeploymentEventTrigger
+
+    recipe = load_recipe(recipe_path)
+    params = {"recipe_path": str(Path(recipe_path).resolve()), "state_dir": str(Path(state_dir).resolve())}
+    nightly = augment_flow.to_deployment(
+        name=f"{recipe.name}-nightly-augment", cron=cron, parameters=params, tags=["viewmill", "augment"]
+    )
+    on_new_pairs = DeploymentEventTrigger(
+        name=f"{recipe.name}-train-on-new-pairs",
+        expect={artifacts.SNAPSHOT_EVENT},
+        match={"viewmill.recipe": recipe.name},
+        parameters={**params, "snapshot": "{{ event.payload.snapshot }}"},
+    )
+    training = train_flow.to_deployment(
+        name=f"{recipe.name}-train", parameters=params, triggers=[on_new_pairs], tags=["viewmill", "train", "gpu"]
+    )
+    return [nightly, training]

@@ -19,3 +19,23 @@ def configure_prefect(state: StatePaths) -> None:
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+
+
+class PrefectServerError(RuntimeError):
+    """The configured Prefect server cannot be reached; the message says what to do."""
+
+
+def check_prefect_server(timeout: float = 5.0) -> None:
+    """With PREFECT_API_URL set, the server must answer its health check."""
+    api = os.environ.get("PREFECT_API_URL")
+    if not api:
+        return
+    import httpx
+
+    try:
+        httpx.get(api.rstrip("/") + "/health", timeout=timeout).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise PrefectServerError(
+            f"the Prefect server at {api} is unreachable ({type(exc).__name__}): start it (prefect server start), "
+            "fix PREFECT_API_URL, or unset it (or pass --no-prefect) to run locally without a server"
+        ) from None

@@ -284,13 +284,14 @@ def run_recipe(
     preflight_done: bool = False,
     *,
     snapshot: str | None = None,
+    train: bool = True,
     evaluate: bool = True,
 ) -> dict[str, Any]:
     """Run every stage in order through `call` (Prefect passes one that wraps each stage in a task).
 
     `preflight_done` skips the input checks when the caller has just run them. With
     `snapshot`, ingest, augment and pair are skipped and training reads that existing
-    pairs snapshot; `evaluate=False` stops after training.
+    pairs snapshot; `train=False` stops after pairing, `evaluate=False` after training.
 
     Returns the run summary; the run record is written whether the run succeeds or fails
     (a preflight failure writes nothing at all).
@@ -319,7 +320,7 @@ def run_recipe(
             snap = existing_snapshot(ctx, snapshot)
         summary["snapshot"] = snap
         models = []
-        if ctx.recipe.train is not None:
+        if train and ctx.recipe.train is not None:
             base = resolve_encoder(ctx.recipe.train.encoder)
             if evaluate and ctx.recipe.evaluate is not None and ctx.recipe.evaluate.baseline:
                 models.append({"label": "untrained", "path": base, "model_id": encoder_fingerprint(base)})

@@ -44,6 +44,21 @@ def test_recipe_flow_runs_every_stage_as_a_task(tmp_path, tiny_recipe, prefect_s
             found = await client.read_artifacts()
             return {a.key: a.type for a in found if a.key}
 
+    async def task_tags() -> dict[str, list[str]]:
+        async with get_client() as client:
+            runs = await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+            )
+            return {run.name.rsplit("-", 1)[0]: sorted(run.tags) for run in runs}
+
+    tags = asyncio.run(task_tags())
+    assert tags["train"] == ["gpu"] and tags["evaluate"] == ["gpu"] and tags["ingest"] == []
+
+    from pipelines.flows import ensure_gpu_limit
+
+    ensure_gpu_limit()
+    ensure_gpu_limit()  # idempotent
+
     keys = asyncio.run(artifact_keys())
     assert keys["tiny-views"] == "table" and keys["tiny-evals"] == "table"
     assert keys["tiny-round-trips"] == "markdown"

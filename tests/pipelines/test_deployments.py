@@ -1,0 +1,65 @@
+"""Deployments for one box (`viewmill serve`), and what the CLI says when the server is gone."""
+
+import socket
+
+from typer.testing import CliRunner
+
+from pipelines.cli import app
+
+runner = CliRunner()
+
+
+def test_nightly_augmentation_and_training_on_new_pairs(tmp_path, tiny_recipe):
+    from pipelines.flows import deployments
+
+    nightly, training = deployments(str(tiny_recipe), str(tmp_path / "state"), cron="30 1 * * *")
+    assert nightly.name == "tiny-nightly-augment" and nightly.flow_name == "viewmill-augment"
+    assert [s.schedule.cron for s in nightly.schedules] == ["30 1 * * *"]
+    assert training.flow_name == "viewmill-train" and not training.schedules
+    (trigger,) = training.triggers
+    assert trigger.expect == {"viewmill.snapshot.created"}
+    assert trigger.parameters["snapshot"] == "{{ event.payload.snapshot }}"
+    assert trigger.parameters["recipe_path"] == str(tiny_recipe.resolve())
+    assert "gpu" in training.tags, "one GPU never runs two model tasks: the gpu tag carries the concurrency limit"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_server_is_named_with_the_fix(tmp_path, tiny_recipe, monkeypatch):
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{_closed_port()}/api")
+    result = runner.invoke(app, ["run", str(tiny_recipe), "--state-dir", str(tmp_path / "s")])
+    assert result.exit_code == 2
+    assert "unreachable" in result.output and "--no-prefect" in result.output
+    assert not (tmp_path / "s" / "lake").exists(), "nothing written"
+    served = runner.invoke(app, ["serve", str(tiny_recipe), "--state-dir", str(tmp_path / "s")])
+    assert served.exit_code == 2 and "unreachable" in served.output
+
+
+def test_serve_without_a_server_says_how_to_start_one(tmp_path, tiny_recipe, monkeypatch):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    result = runner.invoke(app, ["serve", str(tiny_recipe), "--state-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "prefect server start" in result.output
+
+
+def test_prefect_yaml_points_at_real_flows_and_pools():
+    import importlib
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text(encoding="utf-8"))
+    by_name = {d["name"]: d for d in spec["deployments"]}
+    for deployment in by_name.values():
+        path, function = deployment["entrypoint"].split(":")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        assert hasattr(getattr(module, function), "to_deployment"), deployment["entrypoint"]
+        assert (REPO / deployment["parameters"]["recipe_path"]).is_file()
+    assert by_name["demo-nightly-augment"]["work_pool"]["name"] == "viewmill-cpu"
+    train = by_name["demo-train"]
+    assert train["work_pool"]["name"] == "viewmill-gpu"
+    assert train["triggers"][0]["expect"] == ["viewmill.snapshot.created"]
