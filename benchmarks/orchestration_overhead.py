@@ -1,0 +1,62 @@
+"""Prefect's cost: the demo recipe (smaller: --limit sentences, --steps training steps) run
+as the Prefect flow and as the same stages called directly, alternately, each on a fresh
+state directory, after one untimed flow has started Prefect's local server.
+
+    .venv/bin/python benchmarks/orchestration_overhead.py [--limit 500] [--steps 20] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipelines.prefect_env import configure_prefect
+from pipelines.state import StatePaths
+
+RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--limit", type=int, default=500)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    overrides = [f"corpus.limit={args.limit}", f"train.steps={args.steps}", "train.head_warmup_steps=5",
+                 "train.checkpoint_every=0"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        configure_prefect(StatePaths(Path(tmp) / "prefect"))
+        from transformers.utils import logging as hf_logging
+
+        from pipelines import stages
+        from pipelines.flows import recipe_flow
+        from pipelines.recipe import load_recipe
+
+        hf_logging.disable_progress_bar()
+        start = time.perf_counter()
+        recipe_flow(RECIPE, str(Path(tmp) / "warm"), overrides=overrides)  # starts the server; untimed
+        print(f"first flow (server start included, untimed): {time.perf_counter() - start:.1f} s", flush=True)
+        times: dict[str, list[float]] = {"direct": [], "prefect": []}
+        for repeat in range(args.repeats):
+            for mode in ("direct", "prefect"):
+                state = Path(tmp) / f"{mode}-{repeat}"
+                start = time.perf_counter()
+                if mode == "prefect":
+                    recipe_flow(RECIPE, str(state), overrides=overrides)
+                else:
+                    stages.run_recipe(stages.RunContext(load_recipe(RECIPE, overrides), StatePaths(state)))
+                times[mode].append(time.perf_counter() - start)
+                print(f"{mode:<8} run {repeat + 1}: {times[mode][-1]:6.1f} s", flush=True)
+    direct, flow = statistics.median(times["direct"]), statistics.median(times["prefect"])
+    print(f"demo with {args.limit} sentences, {args.steps} training steps, fresh state each run")
+    print(f"median direct {direct:.1f} s, as a Prefect flow {flow:.1f} s: overhead {100 * (flow / direct - 1):+.1f}%")
+
+
+if __name__ == "__main__":
+    main()
