@@ -162,8 +162,6 @@ def serve(
     catalog: CatalogOption = None,
 ) -> None:
     """Serve this recipe's deployments from this machine (needs a Prefect server: PREFECT_API_URL)."""
-    import os
-
     _use_catalog(catalog)
     state = StatePaths.resolve(state_dir)
     try:
