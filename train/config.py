@@ -36,6 +36,9 @@ class TrainConfig(BaseModel):
     )
     # BSL
     momentum: float = Field(0.999, ge=0, le=1)
+    momentum_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="cosine: BYOL's increase from momentum to 1 over the run"
+    )
     predictor_k: int = Field(8, ge=1)
     # contrastive and SG-OPT
     temperature: float | None = Field(None, gt=0, description="default 0.05 (ntxent, infonce), 0.01 (sgopt)")

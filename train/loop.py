@@ -183,9 +183,11 @@ def train_model(
     exported = SentenceTransformer(modules=export_modules, device=device)  # shares the trained weights
     optimizer = make_optimizer(config, objective)
     scaler = torch.amp.GradScaler(torch.device(device).type) if config.precision == "fp16" else None
-    after_step = (lambda: objective.update_target(config.momentum)) if isinstance(objective, BSL) else None
     checkpoints = Checkpoints(out_dir.with_name(out_dir.name + ".checkpoint"), fingerprint(config.model_dump(), card))
     state = checkpoints.restore(objective, optimizer, scaler) or RunState()
+    after_step = None
+    if isinstance(objective, BSL):  # the EMA of the step just taken (state.step is set before it runs)
+        after_step = lambda: objective.update_target(target_momentum(config, state.step))  # noqa: E731
     distributed.barrier()  # every rank has read the checkpoint before rank 0 may write the next
     main = distributed.is_main()
     if main and config.eval_every and not state.evals:
@@ -205,12 +207,12 @@ def train_model(
         batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
         batch = {k: v.to(device) for k, v in batch.items()}
         warming_up = step <= config.head_warmup_steps
+        state.step = step
         state.losses.append(
             train_step(model, optimizer, batch, len(index), train_encoder=not warming_up,
                        precision=config.precision, scaler=scaler, after_step=after_step,
                        accumulation=config.grad_accumulation)
         )  # fmt: skip
-        state.step = step
         if main and config.eval_every and step % config.eval_every == 0:
             state.record(step, _score(dev, exported, objective), exported, checkpoints)
         if main and config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
@@ -266,6 +268,15 @@ class PairTexts:
         """View a of each pair, then view b of each, in `index` order."""
         rows = pa.array(index, pa.int64())
         return self.a.take(rows).to_pylist() + self.b.take(rows).to_pylist()
+
+
+def target_momentum(config: TrainConfig, step: int) -> float:
+    """BSL's EMA momentum at `step` (1-based): constant, or BYOL's cosine increase from
+    `momentum` at the first step to 1 at the last."""
+    if config.momentum_schedule == "constant" or config.steps <= 1:
+        return config.momentum
+    progress = (step - 1) / (config.steps - 1)
+    return 1 - (1 - config.momentum) * (math.cos(math.pi * progress) + 1) / 2
 
 
 def _score(dev: DevScore, exported, objective: nn.Module) -> float:

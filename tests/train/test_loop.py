@@ -101,3 +101,17 @@ def test_arrow_pairs_train_exactly_like_a_list_and_the_predictor_is_not_exported
     with safe_open(str(tmp_path / "arrow" / "model.safetensors"), "pt") as weights:
         names = list(weights.keys())
     assert names and not any("predictor" in n or "target" in n for n in names), "inference is the online encoder"
+
+
+def test_momentum_schedules():
+    from train.loop import target_momentum
+
+    constant = TrainConfig(steps=100, momentum=0.99)
+    assert {target_momentum(constant, s) for s in (1, 50, 100)} == {0.99}
+    cosine = TrainConfig(steps=101, momentum=0.99, momentum_schedule="cosine")
+    values = [target_momentum(cosine, s) for s in range(1, 102)]
+    assert values[0] == pytest.approx(0.99) and values[-1] == pytest.approx(1.0)
+    assert values[50] == pytest.approx(0.995), "halfway between m and 1 at the middle step"
+    from itertools import pairwise
+
+    assert all(a <= b for a, b in pairwise(values)), "never decreases"
