@@ -264,8 +264,9 @@ class CT2Engine(_Seq2SeqEngine):
         import ctranslate2
 
         self.compute_type = compute_type or ("int8" if device == "cpu" else "float16")
-        self.revision = f"{self.revision}:{self.compute_type}"  # quantisation changes outputs
+        # One float32 conversion serves every compute type (quantised at load) ...
         model_dir = convert_to_ct2(ref, self.revision, self.hf_config.model_type)
+        self.revision = f"{self.revision}:{self.compute_type}"  # ... but quantisation changes outputs
         threads = max(1, os.cpu_count() or 1)
         self.translator = ctranslate2.Translator(
             str(model_dir), device=device, compute_type=self.compute_type, intra_threads=threads

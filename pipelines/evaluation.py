@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pipelines.recipe import EvaluateSpec
-from pipelines.stages import evaluate_models
+from pipelines.stages import evaluate_models, new_run_id
 from pipelines.state import StatePaths
 from storage.ids import fingerprint
 from storage.lake import Lake
@@ -50,7 +48,7 @@ def model_entries(refs: list[str], baselines: bool) -> list[dict]:
 def evaluate_cli(
     refs: list[str], suite: EvaluateSpec, state: StatePaths, *, baselines: bool, out: Path | None
 ) -> EvalReport:
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run_id = new_run_id()
     for task in suite.tasks:  # every file readable before any model is loaded
         check(task)
     entries = model_entries(refs, baselines)

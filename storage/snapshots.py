@@ -135,6 +135,13 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def snapshot_info(lake: Lake, snapshot: str) -> Snapshot:
+    """A named snapshot as recorded (a clear error naming the known ones if absent)."""
+    _require_snapshot(lake, snapshot)
+    row = lake.arrow("SELECT * FROM snapshots WHERE snapshot = ?", [snapshot]).to_pylist()[0]
+    return Snapshot(row["snapshot"], row["n_pairs"], row["content_hash"], row["lake_version"], created=False)
+
+
 def read_pairs(lake: Lake, snapshot: str) -> pa.Table:
     """The pairs of a named snapshot, in a stable order."""
     _require_snapshot(lake, snapshot)

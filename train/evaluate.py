@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -93,12 +93,9 @@ def load_sick(path: Path) -> StsData:
 
 def load_sick_all(folder: Path) -> StsData:
     """All of SICK (train + trial + test, 9,927 pairs): the set MTEB's SICK-R scores."""
-    parts = [load_sick(folder / name) for name in ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")]
-    gold = np.concatenate([p.gold for p in parts])
-    return StsData(
-        [t for p in parts for t in p.s1], [t for p in parts for t in p.s2], gold,
-        f"all {len(gold)} pairs of SICK train+trial+test (MTEB's SICK-R)",
-    )  # fmt: skip
+    names = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")
+    whole = concatenated({name: load_sick(folder / name) for name in names})
+    return replace(whole, convention=f"all {len(whole.gold)} pairs of SICK train+trial+test (MTEB's SICK-R)")
 
 
 def load_sts_subsets(inputs: Path, gold_dir: Path | None = None) -> dict[str, StsData]:

@@ -376,12 +376,13 @@ def train_step(
     dtype = AUTOCAST_DTYPES[precision]
     optimizer.zero_grad(set_to_none=True)
     inner = getattr(objective, "module", objective)  # under DistributedDataParallel
+    gathers = getattr(inner, "gathers_negatives", False)
     world = distributed.world_size()
     # A loss over the global batch whose gradient flows only through this rank's rows is
     # scaled by the world size, so that DDP's average is the single-process gradient.
-    scale = world if getattr(inner, "gathers_negatives", False) and world > 1 else 1
+    scale = world if gathers and world > 1 else 1
     with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
-        if accumulation > 1 and getattr(inner, "gathers_negatives", False):
+        if accumulation > 1 and gathers:
             with _no_sync(objective):
                 loss = inner.cached_backward(batch, n, accumulation, scale)
             distributed.average_gradients(inner)

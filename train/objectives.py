@@ -161,9 +161,7 @@ class SGOPT(nn.Module):
 
     def regulariser(self) -> torch.Tensor:
         """||theta_T - theta_F||^2 over every parameter of the two copies."""
-        tuned = [p for p in self.tuned.parameters()]
-        fixed = [p for p in self.fixed.parameters()]
-        diffs = torch._foreach_sub(tuned, fixed)
+        diffs = torch._foreach_sub(list(self.tuned.parameters()), list(self.fixed.parameters()))
         return torch.stack([(d.float() ** 2).sum() for d in diffs]).sum()
 
     def head_parameters(self) -> list[nn.Parameter]:
