@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -15,6 +17,39 @@ from storage.lake import Lake
 from storage.schema import VIEWS
 
 
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` of `count`: the sentences whose id falls in it. Ids are content hashes,
+    so shards are stable across runs and machines and about equal in size."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard index {self.index} is outside 0..{self.count - 1}")
+
+    def holds(self, sentence_id: str) -> bool:
+        return self.count == 1 or int(sentence_id[:8], 16) % self.count == self.index
+
+    @classmethod
+    def all_of(cls, sentences: int, per_shard: int) -> list[Shard]:
+        count = max(1, -(-sentences // per_shard))
+        return [cls(i, count) for i in range(count)]
+
+
+@dataclass
+class ShardReport:
+    augmenter: str
+    config_hash: str
+    shard: int = 0
+    sentences: int = 0
+    reused_views: int = 0
+    new_views: int = 0
+    cache: CacheStats = field(default_factory=CacheStats)
+    worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+
+
 @dataclass
 class AugmentReport:
     augmenter: str
@@ -26,38 +61,43 @@ class AugmentReport:
     rejected: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     cache: CacheStats = field(default_factory=CacheStats)
+    shards: int = 1
+    workers: list[str] = field(default_factory=list)  # host:pid of the processes that ran its shards
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def pending_sentences(lake: Lake, corpus: str, config_hash: str) -> list[tuple[str, str, str]]:
-    """(sentence_id, text, lang) of the corpus's sentences without a view of this configuration yet."""
-    table = lake.arrow(
-        """
-        SELECT s.sentence_id, s.text, s.lang FROM sentences s
-        WHERE s.corpus = ? AND NOT EXISTS (
-            SELECT 1 FROM views v WHERE v.sentence_id = s.sentence_id AND v.config_hash = ?)
-        ORDER BY s.sentence_id
-        """,
-        [corpus, config_hash],
-    )
-    return list(
-        zip(table["sentence_id"].to_pylist(), table["text"].to_pylist(), table["lang"].to_pylist(), strict=True)
-    )
+def corpus_sentences(lake: Lake, corpus: str, shard: Shard = Shard()) -> list[tuple[str, str, str]]:
+    """(sentence_id, text, lang) of the corpus's sentences in `shard`, in id order."""
+    table = lake.arrow("SELECT sentence_id, text, lang FROM sentences WHERE corpus = ? ORDER BY sentence_id", [corpus])
+    rows = zip(table["sentence_id"].to_pylist(), table["text"].to_pylist(), table["lang"].to_pylist(), strict=True)
+    return [row for row in rows if shard.holds(row[0])]
 
 
-def make_views(
+def views_present(lake: Lake, sentence_ids: list[str], config_hash: str) -> set[str]:
+    """Which of these sentences already have a view of this configuration."""
+    wanted = pa.table({"sentence_id": pa.array(sentence_ids, pa.string())})
+    with lake.with_keys("_wanted", wanted):
+        found = lake.arrow(
+            "SELECT DISTINCT v.sentence_id FROM views v JOIN _wanted USING (sentence_id) WHERE v.config_hash = ?",
+            [config_hash],
+        )
+    return set(found["sentence_id"].to_pylist())
+
+
+def make_shard_views(
     lake: Lake,
     corpus: str,
     spec: AugmenterSpec,
     filters: FilterSpec,
     *,
     run_id: str,
+    shard: Shard = Shard(),
     chunk_size: int = 512,
     on_progress: Callable[[int, int], None] | None = None,
-) -> AugmentReport:
-    """Make one view per sentence of `corpus` that lacks one from this augmenter; store it
+) -> ShardReport:
+    """Make one view per sentence of the shard that lacks one from this augmenter; store it
     with its quality signals and filter verdict.
 
     Work is committed chunk by chunk (translations, then the chunk's views), so a killed
@@ -67,9 +107,12 @@ def make_views(
     producer = make_producer(spec, lake)
     try:
         config_hash = fingerprint(spec.model_dump(), filters.model_dump(), producer.identity)
-        todo = pending_sentences(lake, corpus, config_hash)
-        total = lake.scalar("SELECT count(*) FROM sentences WHERE corpus = ?", [corpus])
-        report = AugmentReport(spec.name, config_hash, sentences=total, reused_views=total - len(todo))
+        sentences = corpus_sentences(lake, corpus, shard)
+        present = views_present(lake, [sid for sid, _, _ in sentences], config_hash)
+        todo = [row for row in sentences if row[0] not in present]
+        report = ShardReport(
+            spec.name, config_hash, shard=shard.index, sentences=len(sentences), reused_views=len(present)
+        )
         if on_progress is not None:
             on_progress(0, len(todo))
         for start in range(0, len(todo), chunk_size):
@@ -104,16 +147,57 @@ def make_views(
                 on_progress(min(start + chunk_size, len(todo)), len(todo))
     finally:
         producer.close()
+    return report
+
+
+def summarise(lake: Lake, corpus: str, shards: list[ShardReport]) -> AugmentReport:
+    """One augmenter's report over all its shards, with kept/rejected counts from the lake."""
+    first = shards[0]
+    report = AugmentReport(
+        first.augmenter, first.config_hash, shards=len(shards), workers=sorted({part.worker for part in shards})
+    )
+    for part in shards:
+        if part.config_hash != first.config_hash:
+            raise RuntimeError(
+                f"shards of augmenter {first.augmenter} ran with different configurations "
+                f"({first.config_hash[:12]} and {part.config_hash[:12]}): run them from one recipe and code version"
+            )
+        report.sentences += part.sentences
+        report.reused_views += part.reused_views
+        report.new_views += part.new_views
+        report.cache.add(part.cache)
     totals = lake.arrow(
         """
         SELECT coalesce(v.reject_reason, 'kept') AS reason, count(*) AS n
         FROM views v JOIN sentences s ON s.sentence_id = v.sentence_id AND s.corpus = ?
         WHERE v.config_hash = ? GROUP BY ALL
         """,
-        [corpus, config_hash],
+        [corpus, first.config_hash],
     ).to_pylist()
     reasons = {row["reason"]: row["n"] for row in totals}
     report.kept = reasons.pop("kept", 0)
     report.rejected = sum(reasons.values())
     report.reasons = reasons
     return report
+
+
+def make_views(
+    lake: Lake,
+    corpus: str,
+    spec: AugmenterSpec,
+    filters: FilterSpec,
+    *,
+    run_id: str,
+    chunk_size: int = 512,
+    shards: int = 1,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> AugmentReport:
+    """Every shard of one augmenter in this process, then the augmenter's report."""
+    reports = [
+        make_shard_views(
+            lake, corpus, spec, filters, run_id=run_id, shard=Shard(i, shards), chunk_size=chunk_size,
+            on_progress=on_progress,
+        )
+        for i in range(shards)
+    ]  # fmt: skip
+    return summarise(lake, corpus, reports)

@@ -63,6 +63,14 @@ PrefectOption = Annotated[
     bool, typer.Option(help="run as a Prefect flow (ephemeral API unless PREFECT_API_URL is set)")
 ]
 
+DaskOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dask",
+        help="run augmentation shards on a Dask cluster: tcp://scheduler:8786, or local:N (default $VIEWMILL_DASK)",
+    ),
+]
+
 
 @app.command()
 def run(
@@ -71,9 +79,10 @@ def run(
     catalog: CatalogOption = None,
     overrides: Overrides = None,
     prefect: PrefectOption = True,
+    dask: DaskOption = None,
 ) -> None:
     """Run a recipe end to end: ingest, augment, pair, train, evaluate."""
-    _run(recipe, state_dir, catalog, overrides, prefect, snapshot=None, evaluate=True)
+    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=None, evaluate=True)
 
 
 @app.command()
@@ -86,12 +95,23 @@ def train(
     catalog: CatalogOption = None,
     overrides: Overrides = None,
     prefect: PrefectOption = True,
+    dask: DaskOption = None,
 ) -> None:
     """Train the recipe's encoder (no evaluation); the model is recorded in the lake with its lineage."""
-    _run(recipe, state_dir, catalog, overrides, prefect, snapshot=snapshot, evaluate=False)
+    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=snapshot, evaluate=False)
 
 
-def _run(recipe: Path, state_dir, catalog, overrides, prefect: bool, *, snapshot: str | None, evaluate: bool) -> None:
+def _run(
+    recipe: Path,
+    state_dir,
+    catalog,
+    overrides,
+    prefect: bool,
+    dask: str | None,
+    *,
+    snapshot: str | None,
+    evaluate: bool,
+) -> None:
     from transformers.utils import logging as hf_logging
 
     from pipelines import stages
@@ -101,6 +121,8 @@ def _run(recipe: Path, state_dir, catalog, overrides, prefect: bool, *, snapshot
     _use_catalog(catalog)
     state = StatePaths.resolve(state_dir)
     try:
+        if dask and not prefect:
+            raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
         parsed = load_recipe(recipe, overrides)
         if not evaluate and parsed.train is None:
             raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
@@ -114,8 +136,11 @@ def _run(recipe: Path, state_dir, catalog, overrides, prefect: bool, *, snapshot
 
             configure_prefect(state)
             check_prefect_server()
-            from pipelines.flows import recipe_flow, train_flow
+            from pipelines.flows import recipe_flow, task_runner, train_flow
 
+            if dask:
+                recipe_flow = recipe_flow.with_options(task_runner=task_runner(dask))
+                train_flow = train_flow.with_options(task_runner=task_runner(dask))
             if evaluate:
                 summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [])
             else:

@@ -5,41 +5,116 @@ Import this only after `configure_prefect` has set Prefect's environment.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
+from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
+from prefect.filesystems import RemoteFileSystem, WritableFileSystem
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+from prefect.tasks import exponential_backoff
 
 from pipelines import artifacts, stages
-from pipelines.recipe import load_recipe
+from pipelines.recipe import RecipeError, load_recipe
 from pipelines.state import StatePaths
 
 # Stages cache through the lake themselves (translations, views, models, evals), so
-# Prefect's own caching stays off and tasks never hash lake connections.
+# Prefect's own caching stays off for them and tasks never hash lake connections.
 _STAGES = (
     stages.preflight,
     stages.ingest_stage,
-    stages.augment_stage,
+    stages.augment_plan,
+    stages.augment_finish,
     stages.pair_stage,
     stages.train_stage,
     stages.evaluate_stage,
 )
 # Stages that hold a model on the accelerator carry the `gpu` tag: a concurrency limit of
 # 1 on that tag (viewmill serve sets it) keeps one GPU from running two of them at once.
+RESULTS_ENV = "VIEWMILL_RESULTS"
+DASK_ENV = "VIEWMILL_DASK"
 MODEL_STAGES = {stages.train_stage, stages.evaluate_stage}
 TASKS = {
     fn: task(
-        fn, name=fn.__name__.removesuffix("_stage"), cache_policy=NO_CACHE, tags=["gpu"] if fn in MODEL_STAGES else None
+        fn,
+        name=fn.__name__.removesuffix("_stage").replace("_", "-"),
+        cache_policy=NO_CACHE,
+        tags=["gpu"] if fn in MODEL_STAGES else None,
     )
     for fn in _STAGES
 }
 
 
+# A shard is the unit of retry and of scale-out: its task retries with exponential backoff,
+# and its result is cached across runs by what decides it (augmenter configuration, corpus
+# and lake identity, shard; not the run id) plus the task's source.
+SHARD_CACHE = (INPUTS - "run_id") + TASK_SOURCE
+augment_shard_task = task(stages.augment_shard, name="augment-shard", cache_policy=SHARD_CACHE, persist_result=True)
+
+
+def result_storage(ctx: stages.RunContext) -> Path | WritableFileSystem:
+    """Where shard results persist: VIEWMILL_RESULTS (a folder every worker mounts, or a URL
+    such as s3://bucket/viewmill-results, kept as a `viewmill-results` block on the server),
+    else the state directory."""
+    where = os.environ.get(RESULTS_ENV) or str(ctx.state.root / "results")
+    if "://" not in where:
+        return Path(where)
+    block = RemoteFileSystem(basepath=where)
+    block.save("viewmill-results", overwrite=True)  # tasks must name a block the server knows
+    return block
+
+
+def submit_shards(ctx: stages.RunContext, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Submit every shard to the flow's task runner (threads, or a Dask cluster) and wait.
+    A cached shard did no work in this run: it reports its views as reused."""
+    execution = ctx.recipe.execution
+    shard_task = augment_shard_task.with_options(
+        retries=execution.retries,
+        retry_delay_seconds=exponential_backoff(backoff_factor=execution.retry_delay_s) if execution.retries else 0,
+        retry_jitter_factor=0.5,
+        result_storage=result_storage(ctx),
+    )
+    # A shard that holds a model on the accelerator takes the `gpu` slot like training does.
+    on_gpu = [str(getattr(job["spec"], "device", "cpu")).startswith("cuda") for job in jobs]
+    futures = [
+        shard_task.with_options(tags=["gpu"] if gpu else None).submit(**job)
+        for job, gpu in zip(jobs, on_gpu, strict=True)
+    ]
+    reports = []
+    for future in futures:
+        report = future.result()
+        if future.state.is_completed() and future.state.name == "Cached":
+            report = {**report, "reused_views": report["sentences"], "new_views": 0, "cache": {"hits": 0, "misses": 0}}
+        reports.append(report)
+    return reports
+
+
+def task_runner(address: str | None = None) -> TaskRunner:
+    """Where shard tasks run: a Dask cluster when `address` or VIEWMILL_DASK names one
+    (`tcp://scheduler:8786`, or `local:N` for a local cluster of N worker processes), else
+    one at a time in the flow's process (models on one box are not loaded twice)."""
+    address = address or os.environ.get(DASK_ENV)
+    if not address:
+        return ThreadPoolTaskRunner(max_workers=1)
+    from prefect_dask import DaskTaskRunner
+
+    if address.startswith("local:"):
+        workers = address.removeprefix("local:")
+        if not workers.isdigit() or int(workers) < 1:
+            raise RecipeError(f"--dask / {DASK_ENV} {address!r}: write local:N with N workers, e.g. local:2")
+        return DaskTaskRunner(cluster_kwargs={"n_workers": int(workers), "threads_per_worker": 1, "processes": True})
+    return DaskTaskRunner(address=address)
+
+
 def _run_as_tasks(flow_name: str, recipe_path: str, state_dir: str, overrides: list[str] | None, **options: Any):
     ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
     summary = stages.run_recipe(
-        ctx, call=lambda stage, *args: TASKS[stage](*args), flow=f"prefect:{flow_name}", **options
+        ctx,
+        call=lambda stage, *args: TASKS[stage](*args),
+        map_shards=lambda jobs: submit_shards(ctx, jobs),
+        flow=f"prefect:{flow_name}",
+        **options,
     )
     publish(ctx, summary)
     return summary
@@ -64,7 +139,7 @@ def publish(ctx: stages.RunContext, summary: dict[str, Any]) -> None:
         emit_event(**artifacts.snapshot_event(ctx.recipe.name, snapshot))
 
 
-@flow(name="viewmill-recipe")
+@flow(name="viewmill-recipe", task_runner=task_runner())
 def recipe_flow(
     recipe_path: str, state_dir: str, preflight_done: bool = False, overrides: list[str] | None = None
 ) -> dict[str, Any]:
@@ -72,7 +147,7 @@ def recipe_flow(
     return _run_as_tasks("viewmill-recipe", recipe_path, state_dir, overrides, preflight_done=preflight_done)
 
 
-@flow(name="viewmill-train")
+@flow(name="viewmill-train", task_runner=task_runner())
 def train_flow(
     recipe_path: str,
     state_dir: str,
@@ -88,7 +163,7 @@ def train_flow(
     )  # fmt: skip
 
 
-@flow(name="viewmill-augment")
+@flow(name="viewmill-augment", task_runner=task_runner())
 def augment_flow(recipe_path: str, state_dir: str, overrides: list[str] | None = None) -> dict[str, Any]:
     """Ingest, augment and pair (no training): the nightly job. A new pairs snapshot emits
     `viewmill.snapshot.created`, which the training deployment's trigger listens for."""

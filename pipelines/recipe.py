@@ -75,6 +75,17 @@ class EvaluateSpec(BaseModel):
     batch_size: int = Field(64, ge=1)
 
 
+class ExecutionSpec(BaseModel):
+    """How augmentation is cut into tasks; not part of what the views are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shard_sentences: int = Field(5000, ge=1, description="sentences per augmentation shard (the unit of retry)")
+    chunk_sentences: int = Field(512, ge=1, description="sentences per commit inside a shard (what a kill can lose)")
+    retries: int = Field(3, ge=0, description="Prefect retries of a failed shard task")
+    retry_delay_s: float = Field(10.0, ge=0, description="first retry delay; doubles for each further retry")
+
+
 class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -85,6 +96,7 @@ class Recipe(BaseModel):
     pair: PairSpec
     train: TrainSpec | None = None
     evaluate: EvaluateSpec | None = None
+    execution: ExecutionSpec = ExecutionSpec()
 
     @model_validator(mode="after")
     def _references(self) -> Recipe:

@@ -15,9 +15,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from augment.augmenters import make_producer
+from augment.augmenters import AugmenterSpec, make_producer
+from augment.cache import CacheStats
 from augment.ingest import IngestResult, ingest
-from augment.views import make_views
+from augment.quality import FilterSpec
+from augment.views import Shard, ShardReport, make_shard_views, summarise
 from pipelines.progress import progress_bar
 from pipelines.recipe import Recipe
 from pipelines.state import StatePaths
@@ -100,15 +102,91 @@ def ingest_stage(ctx: RunContext) -> dict[str, Any]:
     }
 
 
-def augment_stage(ctx: RunContext, augmenter: str) -> dict[str, Any]:
-    spec = ctx.recipe.augmenter(augmenter)
-    with ctx.lake() as lake, progress_bar(f"augment {spec.name} ({spec.path_label})") as advance:
-        report = make_views(
-            lake, ctx.recipe.corpus_name, spec, ctx.recipe.filters, run_id=ctx.run_id, on_progress=advance
+def augment_plan(ctx: RunContext) -> dict[str, Any]:
+    """What augmentation will do: each augmenter's configuration hash (spec, filters and the
+    engines' identities) and the shards of the corpus. Shard tasks are keyed by these."""
+    recipe = ctx.recipe
+    with ctx.lake() as lake:
+        configs = {}
+        for spec in recipe.augmenters:
+            producer = make_producer(spec, lake)
+            try:
+                configs[spec.name] = fingerprint(spec.model_dump(), recipe.filters.model_dump(), producer.identity)
+            finally:
+                producer.close()
+        ids = lake.arrow(
+            "SELECT sentence_id FROM sentences WHERE corpus = ? ORDER BY sentence_id", [recipe.corpus_name]
+        )["sentence_id"].to_pylist()
+        epoch = lake.created_at()
+    shards = Shard.all_of(len(ids), recipe.execution.shard_sentences)
+    return {
+        "configs": configs,
+        "shards": [asdict(shard) for shard in shards],
+        "corpus_state": fingerprint(ids),
+        "lake_epoch": epoch,
+    }
+
+
+def augment_shard(
+    lake_root: str,
+    corpus: str,
+    spec: AugmenterSpec,
+    filters: FilterSpec,
+    shard: dict[str, int],
+    config_hash: str,
+    corpus_state: str,
+    lake_epoch: str,
+    run_id: str,
+    chunk_sentences: int = 512,
+) -> dict[str, Any]:
+    """One shard of one augmenter: runs wherever its task is scheduled (another process or
+    machine), so it takes plain values and opens the lake itself. `config_hash`,
+    `corpus_state` and `lake_epoch` say what the result depends on: task caches key on them."""
+    part = Shard(**shard)
+    with Lake(lake_root) as lake, progress_bar(f"augment {spec.name} shard {part.index + 1}/{part.count}") as advance:
+        report = make_shard_views(
+            lake, corpus, spec, filters, run_id=run_id, shard=part, chunk_size=chunk_sentences, on_progress=advance
         )
-        if report.new_views:
+    if report.config_hash != config_hash:
+        raise RuntimeError(
+            f"augmenter {spec.name} has configuration {report.config_hash[:12]} on this worker but "
+            f"{config_hash[:12]} where the run was planned: install the same viewmill, models and data everywhere"
+        )
+    return asdict(report)
+
+
+def shard_jobs(ctx: RunContext, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Keyword arguments of every augment_shard call the plan asks for."""
+    recipe = ctx.recipe
+    return [
+        {
+            "lake_root": str(ctx.state.lake),
+            "corpus": recipe.corpus_name,
+            "spec": spec,
+            "filters": recipe.filters,
+            "shard": shard,
+            "config_hash": plan["configs"][spec.name],
+            "corpus_state": plan["corpus_state"],
+            "lake_epoch": plan["lake_epoch"],
+            "run_id": ctx.run_id,
+            "chunk_sentences": recipe.execution.chunk_sentences,
+        }
+        for spec in recipe.augmenters
+        for shard in plan["shards"]
+    ]
+
+
+def run_shards_here(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [augment_shard(**job) for job in jobs]
+
+
+def augment_finish(ctx: RunContext, augmenter: str, shard_reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """An augmenter's totals over its shards; compaction when they wrote anything."""
+    reports = [ShardReport(**{**r, "cache": CacheStats(**r["cache"])}) for r in shard_reports]
+    with ctx.lake() as lake:
+        if any(r.new_views for r in reports):
             lake.compact()  # chunked commits leave many small files
-    return report.as_dict()
+        return summarise(lake, ctx.recipe.corpus_name, reports).as_dict()
 
 
 def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str]) -> dict[str, Any]:
@@ -283,6 +361,7 @@ Stage = Callable[..., Any]
 def run_recipe(
     ctx: RunContext,
     call: Callable[..., Any] = lambda stage, *args: stage(*args),
+    map_shards: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = run_shards_here,
     flow: str = "plain",
     preflight_done: bool = False,
     *,
@@ -290,7 +369,8 @@ def run_recipe(
     train: bool = True,
     evaluate: bool = True,
 ) -> dict[str, Any]:
-    """Run every stage in order through `call` (Prefect passes one that wraps each stage in a task).
+    """Run every stage in order through `call` (Prefect passes one that wraps each stage in a task);
+    augmentation shards go through `map_shards` (Prefect submits them to its task runner).
 
     `preflight_done` skips the input checks when the caller has just run them. With
     `snapshot`, ingest, augment and pair are skipped and training reads that existing
@@ -303,9 +383,9 @@ def run_recipe(
     timings: dict[str, float] = {}
     summary: dict[str, Any] = {"run_id": ctx.run_id, "recipe": ctx.recipe.name, "timings": timings}
 
-    def timed(name: str, stage: Stage, *args: Any) -> Any:
+    def timed(name: str, stage: Stage, *args: Any, direct: bool = False) -> Any:
         t0 = time.perf_counter()
-        result = call(stage, *args)
+        result = stage(*args) if direct else call(stage, *args)
         timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - t0, 2)
         return result
 
@@ -314,7 +394,13 @@ def run_recipe(
     try:
         if snapshot is None:
             summary["ingest"] = timed("ingest", ingest_stage, ctx)
-            augmented = {a.name: timed("augment", augment_stage, ctx, a.name) for a in ctx.recipe.augmenters}
+            plan = timed("augment", augment_plan, ctx)
+            jobs = shard_jobs(ctx, plan)
+            done = timed("augment", map_shards, jobs, direct=True)  # submits its own tasks
+            augmented = {
+                a.name: timed("augment", augment_finish, ctx, a.name, [r for r in done if r["augmenter"] == a.name])
+                for a in ctx.recipe.augmenters
+            }
             summary["augment"] = augmented
             pair = ctx.recipe.pair
             configs = {name: report["config_hash"] for name, report in augmented.items()}

@@ -203,6 +203,10 @@ class Lake:
         data = self.data_path.rstrip("/") + "/"
         # Small commits still become Parquet files, so the data stays plain Parquet.
         options = ["READ_ONLY"] if self.read_only else [f"DATA_PATH {_sql_literal(data)}", "DATA_INLINING_ROW_LIMIT 0"]
+        if self.catalog.kind == "sqlite":
+            # WAL: a reader never makes a writer's COMMIT fail with "database is locked"; the
+            # busy timeout covers the catalog's own short locks (writers take turns anyway).
+            options += ["META_BUSY_TIMEOUT 60000"] + ([] if self.read_only else ["META_JOURNAL_MODE 'WAL'"])
         try:
             self.con.execute(f"ATTACH {_sql_literal(self.catalog.uri)} AS {CATALOG_NAME} ({', '.join(options)})")
         except (duckdb.IOException, duckdb.CatalogException, duckdb.InvalidInputException) as exc:
@@ -314,6 +318,11 @@ class Lake:
     def with_keys(self, name: str, keys: pa.Table) -> _Registered:
         """Register an Arrow table (e.g. a list of keys) for use in a join."""
         return _Registered(self.con, name, keys)
+
+    def created_at(self) -> str:
+        """When the lake's catalog was created: tells a lake from one made anew at the same place."""
+        first = self.scalar(f"SELECT min(snapshot_time) FROM ducklake_snapshots('{CATALOG_NAME}')")
+        return str(first)
 
     def version(self) -> int:
         """The current DuckLake snapshot id: the lake's version for time travel."""

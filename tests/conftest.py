@@ -141,3 +141,12 @@ def postgres_dsn():
         pytest.skip("PostgreSQL is not installed: apt-get install postgresql")
     with postgres_server() as dsn:
         yield dsn
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """Prefect's own test server (SQLite, loopback), shared by the flow tests."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
