@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import warnings
 from functools import cache
 from pathlib import Path
 from typing import Protocol
@@ -186,8 +187,30 @@ class ApertiumEngine:
         if any("\n" in t or "\r" in t or "\0" in t for t in texts):
             raise EngineError("apertium needs single-line texts without NUL bytes: normalise whitespace first")
         with self._lock:
-            deformatted = self._format("apertium-destxt", ("\n".join(texts) + "\n").encode("utf-8"))
-            translated = self._format("apertium-retxt", self._round(deformatted)).decode("utf-8")
+            return [[line] for line in self._isolating_failures(texts)]
+
+    def _isolating_failures(self, texts: list[str]) -> list[str]:
+        """A sentence that crashes one of Apertium's programs (it happens: eng-cat on "a ball
+        that is quickly approaching the goal box.") loses its batch; halve the batch until
+        that sentence is alone, and give it an empty translation, so its view is rejected
+        as empty and the others go on. A batch in which every sentence fails is a broken
+        installation, not a bad sentence: that stops the run."""
+        try:
+            return self._translate_batch(texts)
+        except EngineError as exc:
+            self.close()  # the pipeline lost a program: start a fresh one
+            if len(texts) == 1:
+                warnings.warn(f"apertium {self.mode} cannot translate {texts[0]!r}: {exc}", stacklevel=2)
+                return [""]
+            middle = len(texts) // 2
+            out = self._isolating_failures(texts[:middle]) + self._isolating_failures(texts[middle:])
+            if len(texts) > 2 and not any(out):  # not one or two bad sentences: every one fails
+                raise
+            return out
+
+    def _translate_batch(self, texts: list[str]) -> list[str]:
+        deformatted = self._format("apertium-destxt", ("\n".join(texts) + "\n").encode("utf-8"))
+        translated = self._format("apertium-retxt", self._round(deformatted)).decode("utf-8")
         lines = translated.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
@@ -195,7 +218,7 @@ class ApertiumEngine:
             raise EngineError(
                 f"apertium {self.mode} returned {len(lines)} lines for {len(texts)} inputs; the batch was not written"
             )
-        return [[line.strip()] for line in lines]
+        return [line.strip() for line in lines]
 
     def close(self) -> None:
         pipeline, self._pipeline = self._pipeline, None

@@ -1,8 +1,9 @@
-"""Prefect's cost: the demo recipe (smaller: --limit sentences, --steps training steps) run
-as the Prefect flow and as the same stages called directly, alternately, each on a fresh
-state directory, after one untimed flow has started Prefect's local server.
+"""Prefect's cost: the demo recipe (full size by default; --limit sentences, --steps training
+steps to cut it) run as the Prefect flow and as the same stages called directly,
+alternately, each on a fresh state directory, after one small untimed flow has started
+Prefect's local server.
 
-    .venv/bin/python benchmarks/orchestration_overhead.py [--limit 500] [--steps 20] [--repeats 2]
+    .venv/bin/python benchmarks/orchestration_overhead.py [--limit 3000] [--steps 120] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml")
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--limit", type=int, default=500)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--limit", type=int, default=3000)
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     overrides = [f"corpus.limit={args.limit}", f"train.steps={args.steps}", "train.head_warmup_steps=5",
                  "train.checkpoint_every=0"]  # fmt: skip
@@ -40,7 +41,8 @@ def main() -> None:
 
         hf_logging.disable_progress_bar()
         start = time.perf_counter()
-        recipe_flow(RECIPE, str(Path(tmp) / "warm"), overrides=overrides)  # starts the server; untimed
+        warm = ["corpus.limit=100", "train.steps=2", "train.head_warmup_steps=1", "train.checkpoint_every=0"]
+        recipe_flow(RECIPE, str(Path(tmp) / "warm"), overrides=warm)  # starts the server; untimed
         print(f"first flow (server start included, untimed): {time.perf_counter() - start:.1f} s", flush=True)
         times: dict[str, list[float]] = {"direct": [], "prefect": []}
         for repeat in range(args.repeats):

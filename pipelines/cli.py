@@ -153,6 +153,53 @@ def _run(
     render_summary(summary, console)
 
 
+@app.command()
+def sweep(
+    recipe: Annotated[Path, typer.Argument(help="recipe YAML with a sweep section, e.g. recipes/snli-bsl-sweep.yaml")],
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+    overrides: Overrides = None,
+    prefect: PrefectOption = True,
+    dask: DaskOption = None,
+) -> None:
+    """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
+    the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
+    from transformers.utils import logging as hf_logging
+
+    from pipelines import stages
+    from pipelines.sweep import run_sweep
+
+    hf_logging.disable_progress_bar()
+    _use_catalog(catalog)
+    state = StatePaths.resolve(state_dir)
+    try:
+        if dask and not prefect:
+            raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
+        parsed = load_recipe(recipe, overrides)
+        if parsed.sweep is None:
+            raise RecipeError(f"recipe {recipe} has no sweep section: add sweep.grid or sweep.configs")
+        stages.preflight(stages.RunContext(parsed, state))
+        if prefect:
+            from pipelines.prefect_env import check_prefect_server, configure_prefect
+
+            configure_prefect(state)
+            check_prefect_server()
+            from pipelines.flows import sweep_flow, task_runner
+
+            if dask:
+                sweep_flow = sweep_flow.with_options(task_runner=task_runner(dask))
+            result = sweep_flow(str(recipe), str(state.root), overrides=overrides or [])
+            markdown = Path(result["markdown_path"]).read_text(encoding="utf-8")
+            paths = (result["markdown_path"], result["plot_path"])
+        else:
+            report = run_sweep(recipe, state, overrides)
+            markdown, paths = report.markdown, (report.markdown_path, report.plot_path)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    console.print(markdown, highlight=False, markup=False)
+    console.print(f"table: {paths[0]}\nplot: {paths[1]}", highlight=False)
+
+
 @app.command("eval")
 def eval_models(
     models: Annotated[list[str], typer.Argument(help="model directories, embedded:NAME or hub ids")],

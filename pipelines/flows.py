@@ -107,8 +107,8 @@ def task_runner(address: str | None = None) -> TaskRunner:
     return DaskTaskRunner(address=address)
 
 
-def _run_as_tasks(flow_name: str, recipe_path: str, state_dir: str, overrides: list[str] | None, **options: Any):
-    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
+def run_as_tasks(ctx: stages.RunContext, flow_name: str, **options: Any) -> dict[str, Any]:
+    """The recipe's stages as tasks of the current flow, and its artifacts."""
     summary = stages.run_recipe(
         ctx,
         call=lambda stage, *args: TASKS[stage](*args),
@@ -118,6 +118,11 @@ def _run_as_tasks(flow_name: str, recipe_path: str, state_dir: str, overrides: l
     )
     publish(ctx, summary)
     return summary
+
+
+def _run_as_tasks(flow_name: str, recipe_path: str, state_dir: str, overrides: list[str] | None, **options: Any):
+    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
+    return run_as_tasks(ctx, flow_name, **options)
 
 
 def publish(ctx: stages.RunContext, summary: dict[str, Any]) -> None:
@@ -168,6 +173,21 @@ def augment_flow(recipe_path: str, state_dir: str, overrides: list[str] | None =
     """Ingest, augment and pair (no training): the nightly job. A new pairs snapshot emits
     `viewmill.snapshot.created`, which the training deployment's trigger listens for."""
     return _run_as_tasks("viewmill-augment", recipe_path, state_dir, overrides, train=False, evaluate=False)
+
+
+@flow(name="viewmill-sweep", task_runner=task_runner())
+def sweep_flow(recipe_path: str, state_dir: str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Every configuration of the recipe's sweep over the same pairs, each stage a task; ends
+    with the comparison table (an artifact, and Markdown and PNG under the state's reports)."""
+    from prefect.artifacts import create_markdown_artifact
+
+    from pipelines.sweep import run_sweep
+
+    state = StatePaths.resolve(state_dir)
+    report = run_sweep(recipe_path, state, overrides, run=lambda ctx: run_as_tasks(ctx, "viewmill-sweep"))
+    key = report.sweep.lower().replace("_", "-").replace(".", "-")
+    create_markdown_artifact(report.markdown, key=f"{key}-sweep", description=f"sweep {report.sweep_run}")
+    return report.as_dict()
 
 
 def ensure_gpu_limit(limit: int = 1) -> None:

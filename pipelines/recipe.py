@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -16,6 +18,8 @@ from train.config import TrainConfig
 from train.evaluate import StsTask
 from train.senteval import TransferTask
 from train.suite import EvalTask
+
+DEFAULT_EVAL_EVERY = 20
 
 
 class RecipeError(ValueError):
@@ -66,6 +70,14 @@ class TrainSpec(TrainConfig):
     encoder: str = "embedded:all-MiniLM-L6-v2"
     dev: StsTask | None = Field(None, description="STS data scored every eval_every steps (model selection)")
 
+    @model_validator(mode="after")
+    def _evaluate_dev_by_default(self) -> TrainSpec:
+        # Safe post-training: with dev data, score it every 20 steps and export the best
+        # state (the start included), unless told otherwise.
+        if self.dev is not None and self.preset == "safe" and "eval_every" not in self.model_fields_set:
+            self.eval_every = min(DEFAULT_EVAL_EVERY, self.steps)
+        return self
+
 
 class EvaluateSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -86,6 +98,53 @@ class ExecutionSpec(BaseModel):
     retry_delay_s: float = Field(10.0, ge=0, description="first retry delay; doubles for each further retry")
 
 
+class SweepConfig(BaseModel):
+    """One configuration of a sweep: recipe settings as `--set` would give them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field(pattern=r"^[A-Za-z0-9_.,=+-]+$")
+    set: dict[str, Any] = Field(default_factory=dict, description="e.g. {train.encoder_lr: 2.0e-5}")
+
+    def overrides(self) -> list[str]:
+        return [f"{key}={json.dumps(value)}" for key, value in self.set.items()]  # JSON is YAML
+
+
+class SweepSpec(BaseModel):
+    """Training configurations run over the recipe's pairs (or the pairs each one asks for)
+    and compared; the best is chosen on one evaluation task, e.g. STS-B dev."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    select_on: str = Field(description="the evaluate task that chooses the best configuration (a dev set)")
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="every combination of these settings")
+    configs: list[SweepConfig] = Field(default_factory=list, description="configurations listed one by one")
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> SweepSpec:
+        if not self.grid and not self.configs:
+            raise ValueError("a sweep needs grid or configs (or both)")
+        for key, values in self.grid.items():
+            if not values:
+                raise ValueError(f"grid setting {key} has no values")
+        labels = [c.label for c in self.expand()]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"sweep configuration labels must be unique, got {labels}")
+        return self
+
+    def expand(self) -> list[SweepConfig]:
+        """The grid's combinations (labelled by their settings), then the listed configs."""
+        keys = list(self.grid)
+        combos = [
+            SweepConfig(
+                label=",".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in zip(keys, values, strict=True)),
+                set=dict(zip(keys, values, strict=True)),
+            )
+            for values in itertools.product(*(self.grid[key] for key in keys))
+        ] if keys else []  # fmt: skip
+        return combos + list(self.configs)
+
+
 class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -97,6 +156,7 @@ class Recipe(BaseModel):
     train: TrainSpec | None = None
     evaluate: EvaluateSpec | None = None
     execution: ExecutionSpec = ExecutionSpec()
+    sweep: SweepSpec | None = None
 
     @model_validator(mode="after")
     def _references(self) -> Recipe:
@@ -108,6 +168,13 @@ class Recipe(BaseModel):
                 raise ValueError(f"pair.{side} '{name}' is not an augmenter name ({', '.join(names)})")
         if self.pair.view_a in self.pair.partners:
             raise ValueError("pair.view_a and pair.view_b must name different augmenters")
+        if self.sweep is not None:
+            tasks = [t.name for t in self.evaluate.tasks] if self.evaluate is not None else []
+            if self.train is None or self.sweep.select_on not in tasks:
+                raise ValueError(
+                    f"sweep.select_on '{self.sweep.select_on}' must name an evaluate task "
+                    f"({', '.join(tasks) or 'none'}) and the recipe needs a train section"
+                )
         if self.wants_nli_links and self.corpus.format not in NLI_FORMATS:
             raise ValueError(
                 f"an entailment augmenter needs labelled NLI data: corpus.format is '{self.corpus.format}', "

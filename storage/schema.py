@@ -174,6 +174,23 @@ EVALS = pa.schema(
     ]
 )
 
+SWEEPS = pa.schema(
+    [
+        ("sweep", pa.string()),  # the recipe's name
+        ("sweep_run", pa.string()),
+        ("label", pa.string()),
+        ("overrides", pa.string()),  # JSON: the settings this configuration changes
+        ("train_config", pa.string()),  # JSON: the whole training configuration
+        ("snapshot", pa.string()),
+        ("model_id", pa.string()),
+        ("select_task", pa.string()),
+        ("select_value", pa.float64()),
+        ("results", pa.string()),  # JSON: {task: value}
+        ("selected", pa.bool_()),
+        ("created_at", TS),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "sentences": SENTENCES,
     "nli_pairs": NLI_PAIRS,
@@ -184,6 +201,7 @@ TABLES: dict[str, pa.Schema] = {
     "runs": RUNS,
     "models": MODELS,
     "evals": EVALS,
+    "sweeps": SWEEPS,
 }
 
 # Hive-style partition columns: queries per augmenter read only their files.

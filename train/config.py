@@ -8,6 +8,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 OBJECTIVES = ("bsl", "ntxent", "infonce", "sgopt", "isbert")
 HEADLESS = ("ntxent", "infonce")  # nothing to warm up before the encoder trains
+PAPER_LR = 5e-4  # BSL paper: lr 5e-4 (1e-4..5e-4), Adam, batch 64, one epoch
 DEFAULT_TEMPERATURE = {"ntxent": 0.05, "infonce": 0.05, "sgopt": 0.01}
 
 
@@ -19,6 +20,11 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
+    preset: Literal["safe", "paper"] = Field(
+        "safe",
+        description="safe: head warm-up, small encoder lr, best dev checkpoint kept; paper: the BSL paper's plain "
+        "setting (one lr for encoder and head, default 5e-4, no warm-up, the last step exported)",
+    )
     objective: Literal["bsl", "ntxent", "infonce", "sgopt", "isbert"] = "bsl"
     steps: int = Field(120, ge=1)
     batch_size: int = Field(64, ge=2)
@@ -62,6 +68,8 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _defaults_and_warmup(self) -> TrainConfig:
+        if self.preset == "paper":
+            self._apply_paper_preset()
         if self.head_warmup_steps is None:
             self.head_warmup_steps = 0 if self.objective in HEADLESS else 40
         if self.objective in HEADLESS and self.head_warmup_steps:
@@ -86,3 +94,17 @@ class TrainConfig(BaseModel):
         if any(w < 1 or w % 2 == 0 for w in self.isbert_windows):
             raise ValueError(f"isbert_windows must be odd sizes (same padding), got {list(self.isbert_windows)}")
         return self
+
+    def _apply_paper_preset(self) -> None:
+        """The paper's plain setting, for what the user did not set explicitly."""
+        explicit = self.model_fields_set
+        if "head_lr" in explicit and ("encoder_lr" not in explicit or self.head_lr != self.encoder_lr):
+            raise ValueError("preset paper trains encoder and head with one learning rate: set encoder_lr only")
+        if self.head_warmup_steps:
+            raise ValueError("preset paper has no head warm-up: remove head_warmup_steps or use preset safe")
+        if "encoder_lr" not in explicit:
+            self.encoder_lr = PAPER_LR
+        self.head_lr = self.encoder_lr
+        self.head_warmup_steps = 0
+        if "keep_best" not in explicit:
+            self.keep_best = False

@@ -61,3 +61,30 @@ def test_long_lived_pipeline_matches_the_apertium_command_and_survives_a_crash()
         assert engine._pipeline.pid != pid
     finally:
         engine.close()
+
+
+# Apertium 3's eng-cat crashes on this sentence (one of SNLI's, reduced): its whole batch
+# comes back empty.
+CRASHES_ENG_CAT = "a ball that is quickly approaching the goal box."
+
+
+def test_a_sentence_that_crashes_apertium_gets_an_empty_translation_and_its_batch_goes_on():
+    engine = ApertiumEngine("en", "ca")
+    try:
+        texts = [*SENTENCES[:5], CRASHES_ENG_CAT, *SENTENCES[5:9]]
+        with pytest.warns(UserWarning, match="cannot translate"):
+            out = engine.translate(texts, "en", "ca", DecodingSpec())
+        alone = [engine.translate([t], "en", "ca", DecodingSpec())[0][0] for t in texts if t != CRASHES_ENG_CAT]
+    finally:
+        engine.close()
+    assert out[5] == [""]
+    assert [hyp[0] for i, hyp in enumerate(out) if i != 5] == alone
+
+
+def test_a_batch_in_which_every_sentence_fails_stops_the_run():
+    engine = ApertiumEngine("en", "ca")
+    try:
+        with pytest.warns(UserWarning), pytest.raises(EngineError, match="returned 0 lines"):
+            engine.translate([CRASHES_ENG_CAT] * 4, "en", "ca", DecodingSpec())
+    finally:
+        engine.close()

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.recipe import RecipeError, load_recipe
+from tests.conftest import REPO
 
 DEMO = Path(__file__).resolve().parents[2] / "recipes" / "demo.yaml"
 
@@ -65,3 +66,20 @@ def test_overrides_set_nested_values_and_are_validated():
         load_recipe(demo, ["train.objective"])
     with pytest.raises(RecipeError, match="'name' is not a section"):
         load_recipe(demo, ["name.x=1"])
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "recipes").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_recipe_and_each_of_its_sweep_configurations_is_valid(path):
+    if path.name == "eval-papers.yaml":
+        return  # a suite, not a recipe (tests/pipelines/test_eval_cli.py)
+    recipe = load_recipe(path)
+    if recipe.sweep is not None:
+        for config in recipe.sweep.expand():
+            assert load_recipe(path, config.overrides()).train is not None
+
+
+def test_dev_data_turns_on_dev_evaluation_unless_told_otherwise(tmp_path, tiny_recipe):
+    dev = ["train.dev={name: d, format: stsb, path: sts.csv}"]
+    assert load_recipe(tiny_recipe, dev).train.eval_every == 4  # 20, capped at the run's 4 steps
+    assert load_recipe(tiny_recipe, [*dev, "train.eval_every=0"]).train.eval_every == 0
+    assert load_recipe(tiny_recipe).train.eval_every == 0  # no dev data, nothing to score

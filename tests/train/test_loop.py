@@ -115,3 +115,22 @@ def test_momentum_schedules():
     from itertools import pairwise
 
     assert all(a <= b for a, b in pairwise(values)), "never decreases"
+
+
+def test_paper_preset_is_one_learning_rate_without_warm_up_and_safe_is_the_default():
+    safe = TrainConfig()
+    assert (safe.preset, safe.head_warmup_steps, safe.encoder_lr, safe.head_lr, safe.keep_best) == (
+        "safe",
+        40,
+        1e-5,
+        1e-3,
+        True,
+    )
+    paper = TrainConfig(preset="paper")
+    assert (paper.head_warmup_steps, paper.encoder_lr, paper.head_lr, paper.keep_best) == (0, 5e-4, 5e-4, False)
+    tuned = TrainConfig(preset="paper", encoder_lr=1e-5, keep_best=True)
+    assert (tuned.encoder_lr, tuned.head_lr, tuned.keep_best) == (1e-5, 1e-5, True)
+    with pytest.raises(ValueError, match="one learning rate"):
+        TrainConfig(preset="paper", encoder_lr=1e-5, head_lr=1e-3)
+    with pytest.raises(ValueError, match="no head warm-up"):
+        TrainConfig(preset="paper", head_warmup_steps=10)

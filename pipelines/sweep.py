@@ -1,0 +1,168 @@
+"""Sweeps: several training configurations over the same pairs, compared on the recipe's
+evaluation tasks, the best chosen on one (a dev set) only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines import stages
+from pipelines.recipe import RecipeError, SweepConfig, load_recipe
+from pipelines.state import StatePaths
+from storage.ids import canonical_json
+from storage.lake import Lake
+from storage.schema import SWEEPS
+from train.suite import bar_chart
+
+START = "start"  # the untrained encoder's row
+
+
+@dataclass
+class SweepResult:
+    label: str
+    overrides: dict[str, Any]
+    snapshot: str
+    model_id: str
+    results: dict[str, float]
+    start: dict[str, float]  # the configuration's untrained encoder on the same tasks
+    train_config: str = ""
+    selected: bool = False
+
+
+@dataclass
+class SweepReport:
+    sweep: str
+    sweep_run: str
+    select_on: str
+    tasks: list[str]
+    results: list[SweepResult] = field(default_factory=list)
+    markdown: str = ""
+    markdown_path: Path | None = None
+    plot_path: Path | None = None
+
+    @property
+    def selected(self) -> SweepResult:
+        return next(r for r in self.results if r.selected)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sweep": self.sweep,
+            "sweep_run": self.sweep_run,
+            "select_on": self.select_on,
+            "selected": self.selected.label,
+            "results": [{"label": r.label, "model_id": r.model_id, **r.results} for r in self.results],
+            "markdown_path": str(self.markdown_path),
+            "plot_path": str(self.plot_path),
+        }
+
+
+def run_sweep(
+    recipe_path: Path | str,
+    state: StatePaths,
+    overrides: list[str] | None = None,
+    *,
+    run: Callable[[stages.RunContext], dict[str, Any]] | None = None,
+    out: Path | None = None,
+) -> SweepReport:
+    """Run every configuration of the recipe's sweep (each a full recipe run: data already in
+    the lake is reused, so configurations that keep the pairing share one pairs snapshot),
+    record each in the lake's `sweeps` table with its settings, choose the best on
+    `select_on`, and write a Markdown table and a PNG chart.
+
+    `run` runs one configuration's recipe (Prefect passes one that makes each stage a task).
+    """
+    overrides = list(overrides or [])
+    base = load_recipe(recipe_path, overrides)
+    if base.sweep is None:
+        raise RecipeError(f"recipe {recipe_path} has no sweep section: add sweep.grid or sweep.configs")
+    spec = base.sweep
+    run = run or (lambda ctx: stages.run_recipe(ctx))
+    report = SweepReport(base.name, stages.new_run_id(), spec.select_on, [t.name for t in base.evaluate.tasks])
+    configs = spec.expand()
+    recipes = [load_recipe(recipe_path, overrides + config.overrides()) for config in configs]  # all valid first
+    for config, recipe in zip(configs, recipes, strict=True):
+        summary = run(stages.RunContext(recipe, state))
+        report.results.append(_result(config, summary, recipe.train.model_dump_json(exclude={"dev"})))
+    best = max(report.results, key=lambda r: r.results[spec.select_on])  # the first of equals
+    best.selected = True
+    _record(state, report)
+    report.markdown = comparison_table(report)
+    folder = out or state.root / "reports"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"sweep-{report.sweep}-{report.sweep_run}"
+    report.markdown_path = folder / f"{stem}.md"
+    report.markdown_path.write_text(f"# viewmill sweep {report.sweep} ({report.sweep_run})\n\n{report.markdown}")
+    rows = [{"model": START, "task": t, "value": v} for t, v in report.results[0].start.items()]
+    rows += [{"model": r.label, "task": t, "value": v} for r in report.results for t, v in r.results.items()]
+    report.plot_path = bar_chart(rows, report.tasks, folder / f"{stem}.png")
+    return report
+
+
+def _result(config: SweepConfig, summary: dict[str, Any], train_config: str) -> SweepResult:
+    by_model: dict[str, dict[str, float]] = {}
+    for row in summary["evals"]:
+        by_model.setdefault(row["model"], {})[row["task"]] = row["value"]
+    return SweepResult(
+        label=config.label,
+        overrides=config.set,
+        snapshot=summary["snapshot"]["name"],
+        model_id=summary["train"]["model_id"],
+        results=by_model["trained"],
+        start=by_model.get("untrained", {}),
+        train_config=train_config,
+    )
+
+
+def _record(state: StatePaths, report: SweepReport) -> None:
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "sweep": report.sweep,
+            "sweep_run": report.sweep_run,
+            "label": r.label,
+            "overrides": canonical_json(r.overrides),
+            "train_config": r.train_config,
+            "snapshot": r.snapshot,
+            "model_id": r.model_id,
+            "select_task": report.select_on,
+            "select_value": r.results[report.select_on],
+            "results": canonical_json(r.results),
+            "selected": r.selected,
+            "created_at": now,
+        }
+        for r in report.results
+    ]
+    with Lake(state.lake) as lake, lake.transaction():
+        lake.append("sweeps", pa.Table.from_pylist(rows, schema=SWEEPS))
+
+
+def comparison_table(report: SweepReport) -> str:
+    """Configurations as rows: the selection task first, then the others and their mean,
+    with the untrained start on top and the selected configuration marked."""
+    others = [t for t in report.tasks if t != report.select_on]
+    header = ["configuration", "settings", f"{report.select_on} (selects)", *others, "mean of others", "vs start"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    start = report.results[0].start
+    start_mean = float(np.mean([start[t] for t in others])) if others and start else None
+
+    def cells(values: dict[str, float]) -> list[str]:
+        return [f"{values[report.select_on]:.2f}"] + [f"{values[t]:.2f}" for t in others]
+
+    if start:
+        mean = f"{start_mean:.2f}" if start_mean is not None else "-"
+        lines.append(f"| {START} (untrained) | - | " + " | ".join(cells(start)) + f" | {mean} | - |")
+    for r in report.results:
+        mean = float(np.mean([r.results[t] for t in others])) if others else None
+        delta = f"{mean - start_mean:+.2f}" if mean is not None and start_mean is not None else "-"
+        name = f"**{r.label}** (selected)" if r.selected else r.label
+        settings = ", ".join(f"{k}={json.dumps(v)}" for k, v in r.overrides.items()) or "(recipe)"
+        mean_cell = f"{mean:.2f}" if mean is not None else "-"
+        lines.append(f"| {name} | {settings} | " + " | ".join(cells(r.results)) + f" | {mean_cell} | {delta} |")
+    return "\n".join(lines) + "\n"
