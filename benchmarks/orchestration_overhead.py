@@ -50,11 +50,12 @@ def main() -> None:
                 state = Path(tmp) / f"{mode}-{repeat}"
                 start = time.perf_counter()
                 if mode == "prefect":
-                    recipe_flow(RECIPE, str(state), overrides=overrides)
+                    summary = recipe_flow(RECIPE, str(state), overrides=overrides)
                 else:
-                    stages.run_recipe(stages.RunContext(load_recipe(RECIPE, overrides), StatePaths(state)))
+                    summary = stages.run_recipe(stages.RunContext(load_recipe(RECIPE, overrides), StatePaths(state)))
                 times[mode].append(time.perf_counter() - start)
-                print(f"{mode:<8} run {repeat + 1}: {times[mode][-1]:6.1f} s", flush=True)
+                stage_times = ", ".join(f"{k} {v:.1f}" for k, v in summary["timings"].items() if k != "total")
+                print(f"{mode:<8} run {repeat + 1}: {times[mode][-1]:6.1f} s  (stages: {stage_times})", flush=True)
     direct, flow = statistics.median(times["direct"]), statistics.median(times["prefect"])
     print(f"demo with {args.limit} sentences, {args.steps} training steps, fresh state each run")
     print(f"median direct {direct:.1f} s, as a Prefect flow {flow:.1f} s: overhead {100 * (flow / direct - 1):+.1f}%")
