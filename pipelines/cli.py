@@ -72,6 +72,24 @@ DaskOption = Annotated[
 ]
 
 
+def _check_dask(dask: str | None, prefect: bool) -> None:
+    if dask and not prefect:
+        raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
+
+
+def _flow(name: str, state: StatePaths, dask: str | None):
+    """One of viewmill's flows, with Prefect pointed at this state directory (its server
+    checked first) and, with `dask`, its shards on that Dask cluster."""
+    from pipelines.prefect_env import check_prefect_server, configure_prefect
+
+    configure_prefect(state)
+    check_prefect_server()
+    from pipelines import flows
+
+    chosen = getattr(flows, name)
+    return chosen.with_options(task_runner=flows.task_runner(dask)) if dask else chosen
+
+
 @app.command()
 def run(
     recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
@@ -121,8 +139,7 @@ def _run(
     _use_catalog(catalog)
     state = StatePaths.resolve(state_dir)
     try:
-        if dask and not prefect:
-            raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
+        _check_dask(dask, prefect)
         parsed = load_recipe(recipe, overrides)
         if not evaluate and parsed.train is None:
             raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
@@ -131,21 +148,13 @@ def _run(
             stages.preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
         else:
             stages.existing_snapshot(ctx, snapshot)
-        if prefect:
-            from pipelines.prefect_env import check_prefect_server, configure_prefect
-
-            configure_prefect(state)
-            check_prefect_server()
-            from pipelines.flows import recipe_flow, task_runner, train_flow
-
-            if dask:
-                recipe_flow = recipe_flow.with_options(task_runner=task_runner(dask))
-                train_flow = train_flow.with_options(task_runner=task_runner(dask))
-            if evaluate:
-                summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [])
-            else:
-                summary = train_flow(str(recipe), str(state.root), snapshot=snapshot, preflight_done=True,
-                                     overrides=overrides or [])  # fmt: skip
+        if prefect and evaluate:
+            recipe_flow = _flow("recipe_flow", state, dask)
+            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [])
+        elif prefect:
+            train_flow = _flow("train_flow", state, dask)
+            summary = train_flow(str(recipe), str(state.root), snapshot=snapshot, preflight_done=True,
+                                 overrides=overrides or [])  # fmt: skip
         else:
             summary = stages.run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
     except USER_ERRORS as exc:
@@ -173,21 +182,13 @@ def sweep(
     _use_catalog(catalog)
     state = StatePaths.resolve(state_dir)
     try:
-        if dask and not prefect:
-            raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
+        _check_dask(dask, prefect)
         parsed = load_recipe(recipe, overrides)
         if parsed.sweep is None:
             raise RecipeError(f"recipe {recipe} has no sweep section: add sweep.grid or sweep.configs")
         stages.preflight(stages.RunContext(parsed, state))
         if prefect:
-            from pipelines.prefect_env import check_prefect_server, configure_prefect
-
-            configure_prefect(state)
-            check_prefect_server()
-            from pipelines.flows import sweep_flow, task_runner
-
-            if dask:
-                sweep_flow = sweep_flow.with_options(task_runner=task_runner(dask))
+            sweep_flow = _flow("sweep_flow", state, dask)
             result = sweep_flow(str(recipe), str(state.root), overrides=overrides or [])
             markdown = Path(result["markdown_path"]).read_text(encoding="utf-8")
             paths = (result["markdown_path"], result["plot_path"])

@@ -78,3 +78,22 @@ def test_train_on_an_existing_snapshot_records_a_new_model(state_with_run, tiny_
     args[3] = "recipe-nope"
     missing = runner.invoke(app, args)
     assert missing.exit_code == 2 and "no pairs snapshot named 'recipe-nope'" in missing.output
+
+
+def test_dask_without_prefect_and_a_malformed_dask_address_are_refused_before_anything_runs(tmp_path, tiny_recipe):
+    state = tmp_path / "state"
+    local = runner.invoke(
+        app, ["run", str(tiny_recipe), "--no-prefect", "--dask", "local:2", "--state-dir", str(state)]
+    )
+    assert local.exit_code == 2 and "drop --no-prefect, or drop --dask" in local.output
+    sweep = runner.invoke(app, ["sweep", str(tiny_recipe), "--state-dir", str(state)])
+    assert sweep.exit_code == 2 and "has no sweep section" in sweep.output
+    assert not state.exists()
+
+
+def test_a_malformed_dask_address_names_the_form_to_use():
+    from pipelines.flows import task_runner
+    from pipelines.recipe import RecipeError
+
+    with pytest.raises(RecipeError, match="write local:N"):
+        task_runner("local:two")
