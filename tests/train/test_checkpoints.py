@@ -1,5 +1,6 @@
 """Checkpoints, resume after SIGKILL, dev evaluation with the best state kept, early stopping."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -22,34 +23,51 @@ def _embed(path, texts=SENTENCES[:4]):
     return SentenceTransformer(str(path)).encode(texts)
 
 
+TRAINING = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from tests.conftest import SENTENCES
+    from train.config import TrainConfig
+    from train.loop import train_model
+    pairs = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
+    report = train_model(pairs, sys.argv[1], TrainConfig(**eval(sys.argv[2])), Path(sys.argv[3]),
+                         card={"recipe": "t"}, on_step=lambda step, loss: print(step, flush=True))
+    print("done", report.steps, len(report.dev_evals), flush=True)
+""")
+# Every run in its own process with the same thread settings: reductions split differently
+# over threads and Adam turns that float noise into different weights (and Dask's
+# LocalCluster, used by other tests, leaves OMP_NUM_THREADS=1 behind in this process).
+THREADS = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
+
+
+def _training(tiny_model, out):
+    return subprocess.Popen(
+        [sys.executable, "-c", TRAINING, str(tiny_model), repr(SETTINGS), str(out)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, **THREADS},
+    )  # fmt: skip
+
+
 def test_a_run_killed_mid_training_resumes_to_the_same_weights(tmp_path, tiny_model):
     uninterrupted = tmp_path / "whole"
-    train_model(PAIRS, str(tiny_model), TrainConfig(**SETTINGS), uninterrupted, card={"recipe": "t"})
+    whole = _training(tiny_model, uninterrupted)
+    whole.communicate()
+    assert whole.returncode == 0
 
     resumed = tmp_path / "resumed"
-    script = textwrap.dedent(f"""
-        from pathlib import Path
-        from tests.conftest import SENTENCES
-        from train.config import TrainConfig
-        from train.loop import train_model
-        pairs = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
-        train_model(pairs, {str(tiny_model)!r}, TrainConfig(**{SETTINGS!r}), Path({str(resumed)!r}),
-                    card={{"recipe": "t"}}, on_step=lambda step, loss: print(step, flush=True))
-    """)
-    worker = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    worker = _training(tiny_model, resumed)
     for line in worker.stdout:
-        if int(line) == 5:  # the checkpoint of step 4 is on disk; step 5 is not
+        if line.strip() == "5":  # the checkpoint of step 4 is on disk; step 5 is not
             worker.send_signal(signal.SIGKILL)
             break
     worker.wait()
     checkpoint = resumed.with_name("resumed.checkpoint")
     assert (checkpoint / "state.pt").is_file() and not resumed.exists()
 
-    steps = []
-    report = train_model(PAIRS, str(tiny_model), TrainConfig(**SETTINGS), resumed, card={"recipe": "t"},
-                         on_step=lambda step, loss: steps.append(step))  # fmt: skip
-    assert steps == [5, 6], "only the steps after the last checkpoint run again"
-    assert report.steps == 6 and len(report.dev_evals) == 0
+    again = _training(tiny_model, resumed)
+    output = again.communicate()[0].split()
+    assert again.returncode == 0
+    assert output[:-3] == ["5", "6"], "only the steps after the last checkpoint run again"
+    assert output[-3:] == ["done", "6", "0"]
     assert not checkpoint.exists(), "a finished run clears its checkpoints"
     np.testing.assert_allclose(_embed(resumed), _embed(uninterrupted), rtol=0, atol=1e-6)
 
