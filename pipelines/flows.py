@@ -103,7 +103,17 @@ def task_runner(address: str | None = None) -> TaskRunner:
         workers = address.removeprefix("local:")
         if not workers.isdigit() or int(workers) < 1:
             raise RecipeError(f"--dask / {DASK_ENV} {address!r}: write local:N with N workers, e.g. local:2")
-        return DaskTaskRunner(cluster_kwargs={"n_workers": int(workers), "threads_per_worker": 1, "processes": True})
+        import dask
+
+        # Dask would set these in this process's environment before spawning its workers,
+        # and the flow trains here: give them to the workers only.
+        dask.config.set({"distributed.nanny.pre-spawn-environ": {}})
+        single_threaded = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        return DaskTaskRunner(
+            cluster_kwargs={
+                "n_workers": int(workers), "threads_per_worker": 1, "processes": True, "env": single_threaded,
+            }
+        )  # fmt: skip
     return DaskTaskRunner(address=address)
 
 

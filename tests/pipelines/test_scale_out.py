@@ -172,3 +172,18 @@ def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_resumes_from_the_ca
     # Every stored translation is a miss of exactly one finished shard attempt, unless the
     # killed attempt stored it: then the shard's rerun found it in the cache (a chunk is 16).
     assert stored - misses >= 16, (killed, stored, misses)
+
+
+def test_a_local_dask_cluster_leaves_this_process_threads_alone(monkeypatch):
+    from prefect import flow
+
+    from pipelines.flows import task_runner
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    @flow(task_runner=task_runner("local:1"))
+    def start_and_stop():
+        return os.environ.get("OMP_NUM_THREADS")
+
+    # The flow trains in this process: a cluster must not make it single-threaded.
+    assert start_and_stop() is None and "OMP_NUM_THREADS" not in os.environ
