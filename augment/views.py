@@ -19,8 +19,9 @@ from storage.schema import VIEWS
 
 @dataclass(frozen=True)
 class Shard:
-    """Shard `index` of `count`: the sentences whose id falls in it. Ids are content hashes,
-    so shards are stable across runs and machines and about equal in size."""
+    """Shard `index` of `count`: the sentences whose id's first 32 bits, modulo `count`, are
+    `index`. Ids are content hashes, so shards are stable across runs and machines and
+    about equal in size."""
 
     index: int = 0
     count: int = 1
@@ -28,9 +29,6 @@ class Shard:
     def __post_init__(self) -> None:
         if not 0 <= self.index < self.count:
             raise ValueError(f"shard index {self.index} is outside 0..{self.count - 1}")
-
-    def holds(self, sentence_id: str) -> bool:
-        return self.count == 1 or int(sentence_id[:8], 16) % self.count == self.index
 
     @classmethod
     def all_of(cls, sentences: int, per_shard: int) -> list[Shard]:
@@ -70,9 +68,18 @@ class AugmentReport:
 
 def corpus_sentences(lake: Lake, corpus: str, shard: Shard = Shard()) -> list[tuple[str, str, str]]:
     """(sentence_id, text, lang) of the corpus's sentences in `shard`, in id order."""
-    table = lake.arrow("SELECT sentence_id, text, lang FROM sentences WHERE corpus = ? ORDER BY sentence_id", [corpus])
-    rows = zip(table["sentence_id"].to_pylist(), table["text"].to_pylist(), table["lang"].to_pylist(), strict=True)
-    return [row for row in rows if shard.holds(row[0])]
+    # The shard rule in SQL: a shard reads only its own rows.
+    table = lake.arrow(
+        """
+        SELECT sentence_id, text, lang FROM sentences
+        WHERE corpus = ? AND ('0x' || substr(sentence_id, 1, 8))::UBIGINT % ? = ?
+        ORDER BY sentence_id
+        """,
+        [corpus, shard.count, shard.index],
+    )
+    return list(
+        zip(table["sentence_id"].to_pylist(), table["text"].to_pylist(), table["lang"].to_pylist(), strict=True)
+    )
 
 
 def views_present(lake: Lake, sentence_ids: list[str], config_hash: str) -> set[str]:
