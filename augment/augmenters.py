@@ -8,12 +8,11 @@ from typing import Annotated, Any, Literal, Protocol
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
-
-from augment.cache import CacheStats, translate_cached
-from augment.engines import DecodingSpec, TranslationEngine, make_engine
-from augment.synonym import replace_synonyms, wordnet, wordnet_revision
-from storage.ids import canonical_json, fingerprint
-from storage.lake import Lake
+from viewmill.augment.cache import CacheStats, translate_cached
+from viewmill.augment.engines import DecodingSpec, TranslationEngine, make_engine
+from viewmill.augment.synonym import replace_synonyms, wordnet, wordnet_revision
+from viewmill.storage.ids import canonical_json, fingerprint
+from viewmill.storage.lake import Lake
 
 NAME = Field(pattern=r"^[A-Za-z0-9_.-]+$")
 
@@ -290,7 +289,7 @@ class MaskedLMProducer:
     lang = None
 
     def __init__(self, spec: MaskedLM) -> None:
-        from augment.mlm import MaskedFiller
+        from viewmill.augment.mlm import MaskedFiller
 
         self.spec = spec
         self.filler = MaskedFiller(spec.model, spec.device)

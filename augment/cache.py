@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow as pa
-
-from augment.engines import DecodingSpec, TranslationEngine
-from storage.ids import fingerprint, text_hash
-from storage.lake import Lake
-from storage.schema import TRANSLATIONS
+from viewmill.augment.engines import DecodingSpec, TranslationEngine
+from viewmill.storage.ids import fingerprint, text_hash
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import TRANSLATIONS
 
 
 @dataclass

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from storage.ids import canonical_json
+from viewmill.storage.ids import canonical_json
 
 
 class EngineError(RuntimeError):
@@ -257,7 +256,7 @@ def make_engine(
         raise EngineError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
     if not model:
         raise EngineError(f"engine '{engine}' needs a model for {src}>{tgt} (a hub id or a local directory)")
-    from augment.neural import CT2Engine, HFEngine
+    from viewmill.augment.neural import CT2Engine, HFEngine
 
     # GPUs keep getting faster up to batches of ~1,000 sentences (BENCHMARKS.md); CPUs do not.
     budget = max_batch_tokens or (4096 if device == "cpu" else 32768)

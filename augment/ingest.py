@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pyarrow as pa
 from sacremoses import MosesDetokenizer
-
-from augment.readers import READERS, CorpusError, Malformed, RawLine, ReadOptions
-from storage.ids import normalize_text, sentence_id
-from storage.schema import NLI_PAIRS, SENTENCES
+from viewmill.augment.readers import READERS, CorpusError, Malformed, RawLine, ReadOptions
+from viewmill.storage.ids import normalize_text, sentence_id
+from viewmill.storage.schema import NLI_PAIRS, SENTENCES
 
 # Moses leaves Penn Treebank's split negations ("does n't", "ca n't") apart.
 _SPLIT_NEGATION = re.compile(r"(\w) n't\b")

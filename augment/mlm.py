@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from augment.engines import EngineError
+from viewmill.augment.engines import EngineError
 
 
 class MaskedFiller:
@@ -55,6 +55,6 @@ class MaskedFiller:
         return out
 
     def identity(self) -> list[Any]:
-        from augment.neural import model_revision
+        from viewmill.augment.neural import model_revision
 
         return [self.tokenizer.name_or_path, model_revision(self.tokenizer.name_or_path, self.net.config)]

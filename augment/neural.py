@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from augment.engines import DecodingSpec, EngineError, user_cache_dir
-from storage.files import build_dir_atomically
-from storage.ids import dir_fingerprint, fingerprint
+from viewmill.augment.engines import DecodingSpec, EngineError, user_cache_dir
+from viewmill.storage.files import build_dir_atomically
+from viewmill.storage.ids import dir_fingerprint, fingerprint
 
 # ISO 639-1 -> FLORES-200 codes used by NLLB.
 NLLB_CODES = {
@@ -237,7 +237,7 @@ def convert_to_ct2(ref: str, revision: str, model_type: str) -> Path:
 
     def convert(staging: Path) -> None:
         if model_type == "fsmt":
-            from augment.ct2_fsmt import FSMTConverter
+            from viewmill.augment.ct2_fsmt import FSMTConverter
 
             FSMTConverter(ref).convert(str(staging), force=True)
         else:

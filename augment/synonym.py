@@ -9,9 +9,9 @@ import shutil
 from functools import cache
 from pathlib import Path
 
-from augment.engines import debian_version, user_cache_dir
-from storage.files import build_dir_atomically
-from storage.ids import fingerprint
+from viewmill.augment.engines import debian_version, user_cache_dir
+from viewmill.storage.files import build_dir_atomically
+from viewmill.storage.ids import fingerprint
 
 WORDNET_FILES = Path(os.environ.get("VIEWMILL_WORDNET_DIR", "/usr/share/wordnet"))
 LEXNAMES = Path(__file__).with_name("wordnet_lexnames.txt")

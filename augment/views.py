@@ -8,13 +8,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
-
-from augment.augmenters import AugmenterSpec, make_producer
-from augment.cache import CacheStats
-from augment.quality import FilterSpec, quality_signals, reject_reason
-from storage.ids import fingerprint
-from storage.lake import Lake
-from storage.schema import VIEWS
+from viewmill.augment.augmenters import AugmenterSpec, make_producer
+from viewmill.augment.cache import CacheStats
+from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
+from viewmill.storage.ids import fingerprint
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import VIEWS
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from augment.engines import ApertiumEngine, DecodingSpec
-from pipelines.recipe import load_recipe
-from pipelines.stages import RunContext
-from pipelines.state import StatePaths
+from viewmill.augment.engines import ApertiumEngine, DecodingSpec
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext
+from viewmill.pipelines.state import StatePaths
 
 
 def one_shot(texts: list[str], mode: str) -> list[str]:

@@ -20,9 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import torch
-
-from train.bsl import BSL
-from train.loop import seed_everything, train_step
+from viewmill.train.bsl import BSL
+from viewmill.train.loop import seed_everything, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}

@@ -15,9 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import torch
-
-from train.encoder import load_sentence_model, resolve_encoder
-from train.evaluate import Embedder, load_sick, load_stsb, spearman_x100
+from viewmill.train.encoder import load_sentence_model, resolve_encoder
+from viewmill.train.evaluate import Embedder, load_sick, load_stsb, spearman_x100
 
 DATA = Path(__file__).resolve().parents[1] / "recipes" / "data"
 

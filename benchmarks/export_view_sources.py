@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines import stages
-from pipelines.recipe import load_recipe
-from pipelines.state import StatePaths
-from storage.lake import Lake
-from storage.snapshots import export_snapshot
+from viewmill.pipelines import stages
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import Lake
+from viewmill.storage.snapshots import export_snapshot
 
 
 def main() -> None:

@@ -26,9 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import pyarrow as pa
-
-from storage.lake import Lake
-from storage.schema import VIEWS
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import VIEWS
 
 ROOT = Path(__file__).resolve().parents[1]
 AUGMENTERS = [("bt_de", "backtranslation", "en>de>en"), ("bt_fr", "backtranslation", "en>fr>en"),

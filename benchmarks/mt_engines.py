@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from demo_data import demo_sentences
-
-from augment.neural import convert_to_ct2, model_revision
+from viewmill.augment.neural import convert_to_ct2, model_revision
 
 OPUS_MT_EN_DE = {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048, "vocab": 58101}
 

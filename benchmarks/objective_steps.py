@@ -19,14 +19,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
-
-from pipelines.recipe import load_recipe
-from pipelines.stages import RunContext
-from pipelines.state import StatePaths
-from train.bsl import BSL
-from train.config import OBJECTIVES, TrainConfig
-from train.encoder import load_sentence_model, resolve_encoder
-from train.loop import build_objective, make_optimizer, seed_everything, train_step
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext
+from viewmill.pipelines.state import StatePaths
+from viewmill.train.bsl import BSL
+from viewmill.train.config import OBJECTIVES, TrainConfig
+from viewmill.train.encoder import load_sentence_model, resolve_encoder
+from viewmill.train.loop import build_objective, make_optimizer, seed_everything, train_step
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storage.lake import Lake
+from viewmill.storage.lake import Lake
 
 ROOT = Path(__file__).resolve().parents[1]
 # Same pairs, steps (120), batch (64) and encoder learning rate (1e-5) for all; heads warm

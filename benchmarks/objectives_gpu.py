@@ -21,10 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from demo_data import demo_sentences
-
-from train.config import OBJECTIVES, TrainConfig
-from train.encoder import load_sentence_model
-from train.loop import train_model
+from viewmill.train.config import OBJECTIVES, TrainConfig
+from viewmill.train.encoder import load_sentence_model
+from viewmill.train.loop import train_model
 
 
 def build_bert_base(out: Path, sentences: list[str]) -> Path:

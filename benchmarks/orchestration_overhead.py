@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.prefect_env import configure_prefect
-from pipelines.state import StatePaths
+from viewmill.pipelines.prefect_env import configure_prefect
+from viewmill.pipelines.state import StatePaths
 
 RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml")
 
@@ -34,10 +34,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         configure_prefect(StatePaths(Path(tmp) / "prefect"))
         from transformers.utils import logging as hf_logging
-
-        from pipelines import stages
-        from pipelines.flows import recipe_flow
-        from pipelines.recipe import load_recipe
+        from viewmill.pipelines import stages
+        from viewmill.pipelines.flows import recipe_flow
+        from viewmill.pipelines.recipe import load_recipe
 
         hf_logging.disable_progress_bar()
         start = time.perf_counter()

@@ -26,10 +26,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from train.config import TrainConfig
-from train.encoder import load_sentence_model
-from train.evaluate import Embedder, StsTask, concatenated, load_task, spearman_x100
-from train.loop import train_model
+from viewmill.train.config import TrainConfig
+from viewmill.train.encoder import load_sentence_model
+from viewmill.train.evaluate import Embedder, StsTask, concatenated, load_task, spearman_x100
+from viewmill.train.loop import train_model
 
 TASKS = {
     "stsb-dev": ("stsb", "stsbenchmark/sts-dev.csv"),

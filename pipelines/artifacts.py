@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.lake import Lake
+from viewmill.storage.lake import Lake
 
 SNAPSHOT_EVENT = "viewmill.snapshot.created"
 

@@ -10,15 +10,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
-
-from augment.engines import EngineError
-from augment.ingest import CorpusError
-from pipelines.prefect_env import PrefectServerError
-from pipelines.recipe import RecipeError, load_recipe, load_suite
-from pipelines.state import StatePaths
-from storage.lake import CATALOG_ENV, Lake, LakeError
-from train.encoder import EncoderError
-from train.evaluate import EvalDataError
+from viewmill.augment.engines import EngineError
+from viewmill.augment.ingest import CorpusError
+from viewmill.pipelines.prefect_env import PrefectServerError
+from viewmill.pipelines.recipe import RecipeError, load_recipe, load_suite
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import CATALOG_ENV, Lake, LakeError
+from viewmill.train.encoder import EncoderError
+from viewmill.train.evaluate import EvalDataError
 
 app = typer.Typer(help="viewmill: augmented view pairs for sentence-embedding learning.", no_args_is_help=True)
 lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True)
@@ -80,11 +79,11 @@ def _check_dask(dask: str | None, prefect: bool) -> None:
 def _flow(name: str, state: StatePaths, dask: str | None):
     """One of viewmill's flows, with Prefect pointed at this state directory (its server
     checked first) and, with `dask`, its shards on that Dask cluster."""
-    from pipelines.prefect_env import check_prefect_server, configure_prefect
+    from viewmill.pipelines.prefect_env import check_prefect_server, configure_prefect
 
     configure_prefect(state)
     check_prefect_server()
-    from pipelines import flows
+    from viewmill.pipelines import flows
 
     chosen = getattr(flows, name)
     return chosen.with_options(task_runner=flows.task_runner(dask)) if dask else chosen
@@ -131,9 +130,8 @@ def _run(
     evaluate: bool,
 ) -> None:
     from transformers.utils import logging as hf_logging
-
-    from pipelines import stages
-    from pipelines.report import render_summary
+    from viewmill.pipelines import stages
+    from viewmill.pipelines.report import render_summary
 
     hf_logging.disable_progress_bar()  # viewmill's own bars say what is happening
     _use_catalog(catalog)
@@ -174,9 +172,8 @@ def sweep(
     """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
     the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
     from transformers.utils import logging as hf_logging
-
-    from pipelines import stages
-    from pipelines.sweep import run_sweep
+    from viewmill.pipelines import stages
+    from viewmill.pipelines.sweep import run_sweep
 
     hf_logging.disable_progress_bar()
     _use_catalog(catalog)
@@ -213,7 +210,7 @@ def eval_models(
     catalog: CatalogOption = None,
 ) -> None:
     """Evaluate models side by side: results go to the lake's evals, a Markdown table and a PNG plot."""
-    from pipelines.evaluation import evaluate_cli
+    from viewmill.pipelines.evaluation import evaluate_cli
 
     _use_catalog(catalog)
     state = StatePaths.resolve(state_dir)
@@ -246,7 +243,7 @@ def serve(
             "viewmill serve needs a Prefect server for schedules and triggers: start one (prefect server start, "
             "or docker compose -f docker/compose.yaml up) and set PREFECT_API_URL=http://host:4200/api"
         ))  # fmt: skip
-    from pipelines.prefect_env import check_prefect_server, configure_prefect
+    from viewmill.pipelines.prefect_env import check_prefect_server, configure_prefect
 
     configure_prefect(state)
     try:
@@ -254,8 +251,7 @@ def serve(
     except USER_ERRORS as exc:
         _fail(exc)
     from prefect import serve as prefect_serve
-
-    from pipelines.flows import deployments, ensure_gpu_limit
+    from viewmill.pipelines.flows import deployments, ensure_gpu_limit
 
     ensure_gpu_limit()
     prefect_serve(*deployments(str(recipe), str(state.root), cron=cron))
@@ -324,7 +320,7 @@ def export(
     catalog: CatalogOption = None,
 ) -> None:
     """Export a pairs snapshot for other tools."""
-    from storage.snapshots import export_snapshot
+    from viewmill.storage.snapshots import export_snapshot
 
     try:
         with _open_lake(state_dir, catalog) as lake:

@@ -6,14 +6,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.recipe import EvaluateSpec
-from pipelines.stages import evaluate_models, new_run_id
-from pipelines.state import StatePaths
-from storage.ids import fingerprint
-from storage.lake import Lake
-from train.encoder import encoder_fingerprint, resolve_encoder
-from train.loop import MANIFEST
-from train.suite import bar_chart, check, markdown_table
+from viewmill.pipelines.recipe import EvaluateSpec
+from viewmill.pipelines.stages import evaluate_models, new_run_id
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.ids import fingerprint
+from viewmill.storage.lake import Lake
+from viewmill.train.encoder import encoder_fingerprint, resolve_encoder
+from viewmill.train.loop import MANIFEST
+from viewmill.train.suite import bar_chart, check, markdown_table
 
 
 @dataclass

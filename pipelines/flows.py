@@ -14,10 +14,9 @@ from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 from prefect.filesystems import RemoteFileSystem, WritableFileSystem
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
-
-from pipelines import artifacts, stages
-from pipelines.recipe import RecipeError, load_recipe
-from pipelines.state import StatePaths
+from viewmill.pipelines import artifacts, stages
+from viewmill.pipelines.recipe import RecipeError, load_recipe
+from viewmill.pipelines.state import StatePaths
 
 # Stages cache through the lake themselves (translations, views, models, evals), so
 # Prefect's own caching stays off for them and tasks never hash lake connections.
@@ -190,8 +189,7 @@ def sweep_flow(recipe_path: str, state_dir: str, overrides: list[str] | None = N
     """Every configuration of the recipe's sweep over the same pairs, each stage a task; ends
     with the comparison table (an artifact, and Markdown and PNG under the state's reports)."""
     from prefect.artifacts import create_markdown_artifact
-
-    from pipelines.sweep import run_sweep
+    from viewmill.pipelines.sweep import run_sweep
 
     state = StatePaths.resolve(state_dir)
     report = run_sweep(recipe_path, state, overrides, run=lambda ctx: run_as_tasks(ctx, "viewmill-sweep"))

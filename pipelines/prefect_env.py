@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from pipelines.state import StatePaths
+from viewmill.pipelines.state import StatePaths
 
 
 def configure_prefect(state: StatePaths) -> None:

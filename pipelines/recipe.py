@@ -9,15 +9,14 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from augment.augmenters import AugmenterSpec
-from augment.quality import FilterSpec
-from augment.readers import NLI_FORMATS, ReadOptions
-from storage.ids import canonical_json, fingerprint
-from train.config import TrainConfig
-from train.evaluate import StsTask
-from train.senteval import TransferTask
-from train.suite import EvalTask
+from viewmill.augment.augmenters import AugmenterSpec
+from viewmill.augment.quality import FilterSpec
+from viewmill.augment.readers import NLI_FORMATS, ReadOptions
+from viewmill.storage.ids import canonical_json, fingerprint
+from viewmill.train.config import TrainConfig
+from viewmill.train.evaluate import StsTask
+from viewmill.train.senteval import TransferTask
+from viewmill.train.suite import EvalTask
 
 DEFAULT_EVAL_EVERY = 20
 

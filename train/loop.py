@@ -18,14 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 from torch import nn
-
-from storage.files import build_dir_atomically
-from storage.ids import fingerprint
-from train import distributed
-from train.bsl import BSL
-from train.config import TrainConfig
-from train.encoder import load_sentence_model
-from train.objectives import ISBERT, SGOPT, Contrastive
+from viewmill.storage.files import build_dir_atomically
+from viewmill.storage.ids import fingerprint
+from viewmill.train import distributed
+from viewmill.train.bsl import BSL
+from viewmill.train.config import TrainConfig
+from viewmill.train.encoder import load_sentence_model
+from viewmill.train.objectives import ISBERT, SGOPT, Contrastive
 
 MANIFEST = "viewmill.json"
 

@@ -13,9 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from train.bsl import mean_pool
-from train.distributed import gather_with_local_grad
+from viewmill.train.bsl import mean_pool
+from viewmill.train.distributed import gather_with_local_grad
 
 
 def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -17,8 +17,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-
-from train.evaluate import EvalDataError
+from viewmill.train.evaluate import EvalDataError
 
 C_GRID = [2.0**t for t in range(-2, 4)]  # SentEval's grid for its scikit-learn classifier
 CV_FILES = {

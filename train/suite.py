@@ -10,10 +10,9 @@ from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Discriminator, Tag
-
-from storage.ids import fingerprint
-from train.evaluate import StsTask, load_task, score_task
-from train.senteval import TransferTask, load_transfer, score_transfer
+from viewmill.storage.ids import fingerprint
+from viewmill.train.evaluate import StsTask, load_task, score_task
+from viewmill.train.senteval import TransferTask, load_transfer, score_transfer
 
 
 def _kind(value: Any) -> str:

@@ -1,6 +1,6 @@
 import pytest
+from viewmill.augment.engines import ApertiumEngine, DecodingSpec, EngineError, make_engine
 
-from augment.engines import ApertiumEngine, DecodingSpec, EngineError, make_engine
 from tests.conftest import SENTENCES, needs_apertium
 
 pytestmark = needs_apertium

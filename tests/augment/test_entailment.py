@@ -1,10 +1,9 @@
 import pytest
-
-from augment.augmenters import Entailment
-from augment.ingest import ingest
-from augment.quality import FilterSpec
-from augment.views import make_views
-from storage.lake import Lake
+from viewmill.augment.augmenters import Entailment
+from viewmill.augment.ingest import ingest
+from viewmill.augment.quality import FilterSpec
+from viewmill.augment.views import make_views
+from viewmill.storage.lake import Lake
 
 PREMISES = ["A man plays a guitar .", "A man plays a guitar .", "A man plays a guitar .", "Kids run .", "A cat ."]
 HYPOTHESES = ["A person makes music .", "A man is asleep .", "Someone plays an instrument .", "Kids move .", "X ."]
@@ -64,7 +63,7 @@ def test_new_links_make_a_new_configuration(tmp_path):
 
 
 def test_an_entailment_recipe_needs_nli_data(tmp_path):
-    from pipelines.recipe import RecipeError, load_recipe
+    from viewmill.pipelines.recipe import RecipeError, load_recipe
 
     (tmp_path / "a.txt").write_text("one two three\n", encoding="utf-8")
     (tmp_path / "r.yaml").write_text(

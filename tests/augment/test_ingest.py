@@ -1,6 +1,5 @@
 import pytest
-
-from augment.ingest import CorpusError, ingest
+from viewmill.augment.ingest import CorpusError, ingest
 
 
 def _ingest(files, **overrides):

@@ -7,13 +7,13 @@ import sys
 import textwrap
 
 import pyarrow as pa
+from viewmill.augment.augmenters import BackTranslation
+from viewmill.augment.quality import FilterSpec
+from viewmill.augment.views import make_views
+from viewmill.storage.ids import sentence_id
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import SENTENCES
 
-from augment.augmenters import BackTranslation
-from augment.quality import FilterSpec
-from augment.views import make_views
-from storage.ids import sentence_id
-from storage.lake import Lake
-from storage.schema import SENTENCES
 from tests.conftest import REPO, needs_apertium
 from tests.conftest import SENTENCES as TEXTS
 
@@ -22,12 +22,12 @@ pytestmark = needs_apertium
 CHILD = textwrap.dedent(
     """
     import sys, time
-    import augment.augmenters as augmenters
-    from augment.engines import ApertiumEngine
-    from augment.quality import FilterSpec
-    from augment.augmenters import BackTranslation
-    from augment.views import make_views
-    from storage.lake import Lake
+    import viewmill.augment.augmenters as augmenters
+    from viewmill.augment.engines import ApertiumEngine
+    from viewmill.augment.quality import FilterSpec
+    from viewmill.augment.augmenters import BackTranslation
+    from viewmill.augment.views import make_views
+    from viewmill.storage.lake import Lake
 
     class SlowApertium(ApertiumEngine):
         def translate(self, texts, src, tgt, decoding):

@@ -1,9 +1,9 @@
 """Neural engines on tiny random-weight FSMT and Marian models built in the tests."""
 
 import pytest
+from viewmill.augment.engines import DecodingSpec, EngineError, make_engine
+from viewmill.augment.neural import length_batches
 
-from augment.engines import DecodingSpec, EngineError, make_engine
-from augment.neural import length_batches
 from tests.conftest import SENTENCES
 from tests.tiny_mt import build_tiny_fsmt, build_tiny_marian
 

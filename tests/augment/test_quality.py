@@ -1,4 +1,4 @@
-from augment.quality import FilterSpec, quality_signals, reject_reason
+from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
 
 
 def test_signals_for_identical_and_changed_views():

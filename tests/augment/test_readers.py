@@ -3,9 +3,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from augment.ingest import ingest
-from augment.readers import CorpusError, ReadOptions
+from viewmill.augment.ingest import ingest
+from viewmill.augment.readers import CorpusError, ReadOptions
 
 
 def _ingest(files, fmt, **overrides):

@@ -1,9 +1,8 @@
 import pytest
-
-from augment.synonym import replace_synonyms, synonyms
+from viewmill.augment.synonym import replace_synonyms, synonyms
 
 try:
-    from augment.synonym import wordnet
+    from viewmill.augment.synonym import wordnet
 
     wordnet()
     HAVE_WORDNET = True
@@ -30,7 +29,7 @@ def test_replacement_keeps_function_words_and_capitals_and_is_seeded():
 
 
 def test_the_indefinite_article_follows_the_new_word():
-    from augment.synonym import _fix_article
+    from viewmill.augment.synonym import _fix_article
 
     assert _fix_article("He met a ", "instructor") == "He met an "
     assert _fix_article("An ", "dog") == "A "

@@ -2,15 +2,15 @@ from typing import ClassVar
 
 import pyarrow as pa
 import pytest
+import viewmill.augment.augmenters as augmenters_module
+from viewmill.augment.augmenters import BackTranslation
+from viewmill.augment.engines import ApertiumEngine, EngineError
+from viewmill.augment.quality import FilterSpec
+from viewmill.augment.views import make_views
+from viewmill.storage.ids import sentence_id
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import SENTENCES
 
-import augment.augmenters as augmenters_module
-from augment.augmenters import BackTranslation
-from augment.engines import ApertiumEngine, EngineError
-from augment.quality import FilterSpec
-from augment.views import make_views
-from storage.ids import sentence_id
-from storage.lake import Lake
-from storage.schema import SENTENCES
 from tests.conftest import SENTENCES as TEXTS
 from tests.conftest import needs_apertium
 
@@ -102,7 +102,7 @@ def test_round_trip_must_return_to_its_source_language():
 
 
 def test_identity_and_synonym_augmenters_make_views_with_their_provenance(tmp_path):
-    from augment.augmenters import Identity, Synonym
+    from viewmill.augment.augmenters import Identity, Synonym
 
     with _lake_with_corpus(tmp_path) as lake:
         identity = make_views(lake, "c", Identity(name="self"), FilterSpec(reject_identical=True), run_id="r")
@@ -128,9 +128,8 @@ def test_identity_and_synonym_augmenters_make_views_with_their_provenance(tmp_pa
 def test_mlm_views_change_about_a_fifth_of_the_tokens(tmp_path):
     import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
-
-    from augment.augmenters import MaskedLM
-    from augment.engines import EngineError
+    from viewmill.augment.augmenters import MaskedLM
+    from viewmill.augment.engines import EngineError
 
     torch.manual_seed(0)
     words = sorted({w.strip(".,").lower() for t in TEXTS for w in t.split()} | {".", ","})

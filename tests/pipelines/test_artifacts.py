@@ -1,8 +1,9 @@
-from pipelines import artifacts
-from pipelines.recipe import load_recipe
-from pipelines.stages import RunContext, run_recipe
-from pipelines.state import StatePaths
-from storage.lake import Lake
+from viewmill.pipelines import artifacts
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import Lake
+
 from tests.conftest import needs_apertium
 
 

@@ -2,11 +2,11 @@ import json
 
 import pytest
 from typer.testing import CliRunner
+from viewmill.pipelines.cli import app
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.state import StatePaths
 
-from pipelines.cli import app
-from pipelines.recipe import load_recipe
-from pipelines.stages import RunContext, run_recipe
-from pipelines.state import StatePaths
 from tests.conftest import needs_apertium
 
 runner = CliRunner()
@@ -62,7 +62,7 @@ def test_run_with_a_broken_recipe_exits_2_with_the_field_named(tmp_path):
 
 @needs_apertium
 def test_train_on_an_existing_snapshot_records_a_new_model(state_with_run, tiny_recipe):
-    from storage.lake import Lake
+    from viewmill.storage.lake import Lake
 
     state, summary = state_with_run
     name = summary["snapshot"]["name"]
@@ -92,8 +92,8 @@ def test_dask_without_prefect_and_a_malformed_dask_address_are_refused_before_an
 
 
 def test_a_malformed_dask_address_names_the_form_to_use():
-    from pipelines.flows import task_runner
-    from pipelines.recipe import RecipeError
+    from viewmill.pipelines.flows import task_runner
+    from viewmill.pipelines.recipe import RecipeError
 
     with pytest.raises(RecipeError, match="write local:N"):
         task_runner("local:two")

@@ -3,14 +3,13 @@
 import socket
 
 from typer.testing import CliRunner
-
-from pipelines.cli import app
+from viewmill.pipelines.cli import app
 
 runner = CliRunner()
 
 
 def test_nightly_augmentation_and_training_on_new_pairs(tmp_path, tiny_recipe):
-    from pipelines.flows import deployments
+    from viewmill.pipelines.flows import deployments
 
     nightly, training = deployments(str(tiny_recipe), str(tmp_path / "state"), cron="30 1 * * *")
     assert nightly.name == "tiny-nightly-augment" and nightly.flow_name == "viewmill-augment"
@@ -56,7 +55,7 @@ def test_prefect_yaml_points_at_real_flows_and_pools():
     by_name = {d["name"]: d for d in spec["deployments"]}
     for deployment in by_name.values():
         path, function = deployment["entrypoint"].split(":")
-        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        module = importlib.import_module("viewmill." + path.removesuffix(".py").replace("/", "."))
         assert hasattr(getattr(module, function), "to_deployment"), deployment["entrypoint"]
         assert (REPO / deployment["parameters"]["recipe_path"]).is_file()
     assert by_name["demo-nightly-augment"]["work_pool"]["name"] == "viewmill-cpu"

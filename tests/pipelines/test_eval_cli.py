@@ -1,9 +1,9 @@
 """`viewmill eval`: several models and their baselines on a suite, side by side."""
 
 from typer.testing import CliRunner
+from viewmill.pipelines.cli import app
+from viewmill.storage.lake import Lake
 
-from pipelines.cli import app
-from storage.lake import Lake
 from tests.conftest import SENTENCES, write_sts_fixture
 
 runner = CliRunner()

@@ -3,11 +3,11 @@
 from pathlib import Path
 
 import pytest
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import Lake
 
-from pipelines.recipe import load_recipe
-from pipelines.stages import RunContext, run_recipe
-from pipelines.state import StatePaths
-from storage.lake import Lake
 from tests.conftest import SENTENCES
 from tests.tiny_mt import build_tiny_fsmt, build_tiny_m2m100, build_tiny_marian
 

@@ -1,8 +1,8 @@
 from pathlib import Path
 
 import pytest
+from viewmill.pipelines.recipe import RecipeError, load_recipe
 
-from pipelines.recipe import RecipeError, load_recipe
 from tests.conftest import REPO
 
 DEMO = Path(__file__).resolve().parents[2] / "recipes" / "demo.yaml"

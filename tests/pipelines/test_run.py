@@ -4,13 +4,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from viewmill.augment.engines import EngineError
+from viewmill.augment.ingest import CorpusError
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import Lake
 
-from augment.engines import EngineError
-from augment.ingest import CorpusError
-from pipelines.recipe import load_recipe
-from pipelines.stages import RunContext, run_recipe
-from pipelines.state import StatePaths
-from storage.lake import Lake
 from tests.conftest import needs_apertium
 
 pytestmark = needs_apertium
@@ -71,7 +71,7 @@ def test_bad_input_fails_before_the_lake_is_touched(tmp_path, tiny_recipe, probl
 
 
 def test_apertium_missing_is_reported_with_the_install_command(tmp_path, tiny_recipe, monkeypatch):
-    import augment.engines as engines
+    import viewmill.augment.engines as engines
 
     engines.apertium_modes.cache_clear()
     monkeypatch.setattr(shutil, "which", lambda name: None)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from viewmill.pipelines import stages
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import Lake
 
-from pipelines import stages
-from pipelines.recipe import load_recipe
-from pipelines.state import StatePaths
-from storage.lake import Lake
 from tests.conftest import REPO, needs_apertium
 
 pytestmark = [needs_apertium, pytest.mark.slow]
@@ -59,7 +59,7 @@ def single_process_run(recipe: Path, state: Path) -> dict:
 
 
 def test_two_dask_workers_write_exactly_the_rows_of_a_single_process_run(tmp_path, sharded_recipe, prefect_server):
-    from pipelines.flows import augment_flow, task_runner
+    from viewmill.pipelines.flows import augment_flow, task_runner
 
     single = single_process_run(sharded_recipe, tmp_path / "single")
     assert single["augment"]["bt_es"]["shards"] == 4
@@ -79,8 +79,7 @@ def test_shard_results_are_cached_across_runs_and_recomputed_for_a_new_lake(tmp_
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    from pipelines.flows import augment_flow
+    from viewmill.pipelines.flows import augment_flow
 
     def shard_states(flow_run_id) -> list[str]:
         async def read():
@@ -114,7 +113,7 @@ def test_shard_results_are_cached_across_runs_and_recomputed_for_a_new_lake(tmp_
 SLOW_APERTIUM = """
 import os, time
 if os.environ.get("VIEWMILL_TEST_SLOW_APERTIUM"):
-    import augment.engines as engines
+    import viewmill.augment.engines as engines
     _translate = engines.ApertiumEngine.translate
 
     def translate(self, texts, src, tgt, decoding):
@@ -129,8 +128,7 @@ def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_resumes_from_the_ca
     tmp_path, sharded_recipe, prefect_server, monkeypatch
 ):
     from distributed import Client, LocalCluster
-
-    from pipelines.flows import augment_flow, task_runner
+    from viewmill.pipelines.flows import augment_flow, task_runner
 
     single_process_run(sharded_recipe, tmp_path / "single")
     # Worker processes start with this sitecustomize: every Apertium call takes 0.3 s longer,
@@ -180,8 +178,7 @@ def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_resumes_from_the_ca
 
 def test_a_local_dask_cluster_leaves_this_process_threads_alone(monkeypatch):
     from prefect import flow
-
-    from pipelines.flows import task_runner
+    from viewmill.pipelines.flows import task_runner
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 

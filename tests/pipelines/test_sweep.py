@@ -5,11 +5,11 @@ import json
 
 import pytest
 import yaml
+from viewmill.pipelines.recipe import RecipeError, load_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.pipelines.sweep import run_sweep
+from viewmill.storage.lake import Lake
 
-from pipelines.recipe import RecipeError, load_recipe
-from pipelines.state import StatePaths
-from pipelines.sweep import run_sweep
-from storage.lake import Lake
 from tests.conftest import needs_apertium
 
 pytestmark = needs_apertium
@@ -93,8 +93,7 @@ def test_sweep_flow_runs_the_configurations_as_tasks_and_publishes_the_table(tmp
     import asyncio
 
     from prefect.client.orchestration import get_client
-
-    from pipelines.flows import sweep_flow
+    from viewmill.pipelines.flows import sweep_flow
 
     recipe = with_sweep(tiny_recipe, {"select_on": "sts-fixture", "grid": {"train.seed": [1, 2]}})
     result = sweep_flow(str(recipe), str(tmp_path / "state"))

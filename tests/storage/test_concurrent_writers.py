@@ -5,16 +5,16 @@ import sys
 import textwrap
 
 import pytest
+from viewmill.storage.lake import Lake
 
-from storage.lake import Lake
 from tests.postgres import needs_postgres
 
 WORKER = textwrap.dedent("""
     import random, sys, time
     from pathlib import Path
     import pyarrow as pa
-    from storage.lake import Lake
-    from storage.schema import SENTENCES
+    from viewmill.storage.lake import Lake
+    from viewmill.storage.schema import SENTENCES
 
     root, catalog, first, last, go = sys.argv[1], sys.argv[2] or None, int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     keys = list(range(first, last))

@@ -1,6 +1,5 @@
 import pytest
-
-from storage.files import build_dir_atomically
+from viewmill.storage.files import build_dir_atomically
 
 
 def _write(text):

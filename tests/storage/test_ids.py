@@ -1,4 +1,4 @@
-from storage.ids import fingerprint, normalize_text, sentence_id
+from viewmill.storage.ids import fingerprint, normalize_text, sentence_id
 
 
 def test_sentence_id_is_stable_across_unicode_forms_and_whitespace():

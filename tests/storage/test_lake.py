@@ -1,8 +1,7 @@
 import pyarrow as pa
 import pytest
-
-from storage.lake import Lake, LakeError
-from storage.schema import EVALS
+from viewmill.storage.lake import Lake, LakeError
+from viewmill.storage.schema import EVALS
 
 
 def _eval_rows(values):
@@ -74,8 +73,8 @@ def _hold(tmp_path, body: str, catalog: str | None = None):
     script = textwrap.dedent(f"""
         import time
         import pyarrow as pa
-        from storage.lake import Lake
-        from storage.schema import EVALS
+        from viewmill.storage.lake import Lake
+        from viewmill.storage.schema import EVALS
         lake = Lake({str(tmp_path / "lake")!r}, catalog={catalog!r})
         {body}
         print("open", flush=True)

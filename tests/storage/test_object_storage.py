@@ -4,9 +4,8 @@ import socket
 
 import pyarrow as pa
 import pytest
-
-from storage.lake import Lake
-from storage.schema import SENTENCES
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import SENTENCES
 
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is a test dependency: pip install -e .[test]")
 

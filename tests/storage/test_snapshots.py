@@ -1,9 +1,8 @@
 import pyarrow as pa
 import pytest
-
-from storage.lake import Lake, LakeError
-from storage.schema import SENTENCES, VIEWS
-from storage.snapshots import create_pairs_snapshot, read_pairs
+from viewmill.storage.lake import Lake, LakeError
+from viewmill.storage.schema import SENTENCES, VIEWS
+from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs
 
 
 def _seed(lake: Lake, statuses_b: list[str]) -> None:
@@ -74,8 +73,7 @@ def test_unknown_snapshot_and_empty_pairing_give_clear_errors(tmp_path):
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
 def test_export_writes_every_pair_of_a_snapshot(tmp_path, suffix):
     import polars as pl
-
-    from storage.snapshots import export_snapshot
+    from viewmill.storage.snapshots import export_snapshot
 
     with Lake(tmp_path / "lake") as lake:
         _seed(lake, ["kept", "kept", "rejected", "kept"])

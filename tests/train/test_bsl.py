@@ -4,9 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from train.bsl import BSL, Predictor, mean_pool
-from train.loop import batches, train_step
+from viewmill.train.bsl import BSL, Predictor, mean_pool
+from viewmill.train.loop import batches, train_step
 
 
 class TinyEncoder(nn.Module):

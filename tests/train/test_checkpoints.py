@@ -8,10 +8,10 @@ import textwrap
 
 import numpy as np
 import pytest
+from viewmill.train.config import TrainConfig
+from viewmill.train.loop import train_model
 
 from tests.conftest import SENTENCES
-from train.config import TrainConfig
-from train.loop import train_model
 
 PAIRS = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
 SETTINGS = dict(steps=6, head_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2, checkpoint_every=2)
@@ -27,8 +27,8 @@ TRAINING = textwrap.dedent("""
     import sys
     from pathlib import Path
     from tests.conftest import SENTENCES
-    from train.config import TrainConfig
-    from train.loop import train_model
+    from viewmill.train.config import TrainConfig
+    from viewmill.train.loop import train_model
     pairs = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
     report = train_model(pairs, sys.argv[1], TrainConfig(**eval(sys.argv[2])), Path(sys.argv[3]),
                          card={"recipe": "t"}, on_step=lambda step, loss: print(step, flush=True))
@@ -73,7 +73,7 @@ def test_a_run_killed_mid_training_resumes_to_the_same_weights(tmp_path, tiny_mo
 
 
 def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path, tiny_model):
-    from train.loop import Checkpoints
+    from viewmill.train.loop import Checkpoints
 
     out = tmp_path / "model"
     stale = Checkpoints(out.with_name("model.checkpoint"), "another-configuration")

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from viewmill.train.loop import train_step
+from viewmill.train.objectives import Contrastive
 
 from tests.conftest import REPO, SENTENCES
 from tests.train.test_bsl import TinyEncoder, _batch
-from train.loop import train_step
-from train.objectives import Contrastive
 
 
 def _contrastive(kind):
@@ -65,8 +65,8 @@ def test_torchrun_trains_and_rank_0_exports(tmp_path, tiny_model):
         from pathlib import Path
         sys.path.insert(0, {str(REPO)!r})
         from tests.conftest import SENTENCES
-        from train.config import TrainConfig
-        from train.loop import train_model
+        from viewmill.train.config import TrainConfig
+        from viewmill.train.loop import train_model
         pairs = [(s, s.lower()) for s in SENTENCES]
         config = TrainConfig(objective="ntxent", steps=3, batch_size=8, encoder_lr=1e-3)
         report = train_model(pairs, {str(tiny_model)!r}, config, Path({str(tmp_path / "model")!r}), card={{}})

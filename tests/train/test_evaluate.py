@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
+from viewmill.train.encoder import EncoderError, encoder_fingerprint, load_sentence_model, resolve_encoder
+from viewmill.train.evaluate import Embedder, EvalDataError, load_sick, load_stsb, spearman_x100
 
 from tests.conftest import REPO, SENTENCES, write_sts_fixture
-from train.encoder import EncoderError, encoder_fingerprint, load_sentence_model, resolve_encoder
-from train.evaluate import Embedder, EvalDataError, load_sick, load_stsb, spearman_x100
 
 
 def test_stsb_reader_takes_score_and_sentences_and_tolerates_extra_columns(tmp_path):
@@ -99,7 +99,7 @@ PAIRS = [(SENTENCES[i], SENTENCES[i + 1]) for i in range(6)]
 
 
 def test_senteval_sts_skips_unscored_pairs_and_reports_all_and_mean(tmp_path, tiny_model):
-    from train.evaluate import StsTask, load_sts_subsets, score_task
+    from viewmill.train.evaluate import StsTask, load_sts_subsets, score_task
 
     year = _sts_year(
         tmp_path / "STS15-en-test",
@@ -117,7 +117,7 @@ def test_senteval_sts_skips_unscored_pairs_and_reports_all_and_mean(tmp_path, ti
 
 
 def test_sts_format_errors_name_the_file(tmp_path):
-    from train.evaluate import load_sts_subsets
+    from viewmill.train.evaluate import load_sts_subsets
 
     year = _sts_year(tmp_path / "y", {"a": (PAIRS[:3], ["1", "2"])})
     with pytest.raises(EvalDataError, match=r"STS.gs.a.txt has 2 lines but .*STS.input.a.txt has 3"):
@@ -133,7 +133,7 @@ def test_sts_format_errors_name_the_file(tmp_path):
 
 
 def test_sts17_reads_gold_from_its_own_folder(tmp_path):
-    from train.evaluate import StsTask, load_task
+    from viewmill.train.evaluate import StsTask, load_task
 
     inputs = tmp_path / "STS2017.eval.v1.1"
     _sts_year(inputs, {"track5.en-en": (PAIRS[:3], ["1", "2", "3"])})
@@ -145,7 +145,7 @@ def test_sts17_reads_gold_from_its_own_folder(tmp_path):
 
 
 def test_cross_lingual_stsb_pairs_english_with_the_other_language(tmp_path):
-    from train.evaluate import StsTask, load_task
+    from viewmill.train.evaluate import StsTask, load_task
 
     (tmp_path / "stsb-en-test.csv").write_text(
         'A man sings.,"A man, singing.",4.5\nA dog.,A cat.,1.0\n', encoding="utf-8"
@@ -162,7 +162,7 @@ def test_cross_lingual_stsb_pairs_english_with_the_other_language(tmp_path):
 
 @needs_shared
 def test_the_shared_sts_samples_load_every_year():
-    from train.evaluate import load_sts_subsets
+    from viewmill.train.evaluate import load_sts_subsets
 
     years = {p.name: load_sts_subsets(p) for p in sorted((SHARED / "senteval_sts_sample").iterdir())}
     assert sorted(years) == [f"STS{y}-en-test" for y in range(12, 17)]
@@ -176,7 +176,7 @@ def test_the_shared_sts_samples_load_every_year():
 @pytest.mark.slow
 def test_reproduces_minilm_on_sick_r_as_mteb_scores_it():
     """all-MiniLM-L6-v2 on all 9,927 SICK pairs (MTEB's SICK-R): 77.58."""
-    from train.evaluate import load_sick_all
+    from viewmill.train.evaluate import load_sick_all
 
     data = load_sick_all(SHARED / "sick")
     assert len(data.gold) == 9927
@@ -186,7 +186,7 @@ def test_reproduces_minilm_on_sick_r_as_mteb_scores_it():
 
 @needs_shared
 def test_senteval_transfer_sets_load_with_senteval_sizes():
-    from train.senteval import TransferTask, load_transfer
+    from viewmill.train.senteval import TransferTask, load_transfer
 
     sizes = {}
     for task in ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"):
@@ -201,7 +201,7 @@ def test_senteval_transfer_sets_load_with_senteval_sizes():
 
 
 def test_transfer_errors_name_the_file(tmp_path):
-    from train.senteval import TransferTask, load_transfer
+    from viewmill.train.senteval import TransferTask, load_transfer
 
     with pytest.raises(EvalDataError, match=r"SentEval file not found: .*rt-polarity.pos"):
         load_transfer(TransferTask(name="MR", task="MR", path=tmp_path))

@@ -3,10 +3,10 @@ import json
 import pytest
 import torch
 from pydantic import ValidationError
+from viewmill.train.config import TrainConfig
+from viewmill.train.loop import MANIFEST, is_complete_model, train_model
 
 from tests.conftest import SENTENCES
-from train.config import TrainConfig
-from train.loop import MANIFEST, is_complete_model, train_model
 
 
 def test_training_changes_the_encoder_and_exports_a_loadable_model(tmp_path, tiny_model):
@@ -104,7 +104,7 @@ def test_arrow_pairs_train_exactly_like_a_list_and_the_predictor_is_not_exported
 
 
 def test_momentum_schedules():
-    from train.loop import target_momentum
+    from viewmill.train.loop import target_momentum
 
     constant = TrainConfig(steps=100, momentum=0.99)
     assert {target_momentum(constant, s) for s in (1, 50, 100)} == {0.99}

@@ -4,9 +4,9 @@ import math
 
 import pytest
 import torch
+from viewmill.train.objectives import ISBERT, SGOPT, Contrastive, info_nce, jsd_mi_loss, nt_xent, opt3
 
 from tests.train.test_bsl import TinyEncoder, _batch
-from train.objectives import ISBERT, SGOPT, Contrastive, info_nce, jsd_mi_loss, nt_xent, opt3
 
 
 def _cos(u, v):
@@ -143,7 +143,7 @@ def test_isbert_trains_encoder_and_cnn_on_view_a_only():
 
 @pytest.mark.parametrize("kind", ["ntxent", "infonce"])
 def test_cached_gradient_accumulation_equals_the_whole_batch(kind):
-    from train.loop import train_step
+    from viewmill.train.loop import train_step
 
     grads = []
     for pieces in (1, 4):
@@ -181,8 +181,8 @@ def test_cached_backward_replays_dropout():
 def test_bsl_accumulation_weights_pieces_by_their_pairs():
     import copy
 
-    from train.bsl import BSL
-    from train.loop import train_step
+    from viewmill.train.bsl import BSL
+    from viewmill.train.loop import train_step
 
     torch.manual_seed(0)
     base = BSL(TinyEncoder(), dim=8, k=2)
