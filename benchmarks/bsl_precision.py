@@ -1,7 +1,7 @@
 """BSL training throughput on a BERT-base-sized encoder: fp32 against bf16 (and fp16) autocast.
 
 Random weights (no hub), batches of `--batch` pairs whose token lengths follow the demo
-corpus's sentences, the real training step (`train.loop.train_step`: online and target
+corpus's sentences, the real training step (`viewmill.train.loop.train_step`: online and target
 encoders, predictor, Adam, EMA update). Prints pairs/s, peak GPU memory and the EMA
 update's share of a step, side by side in one run.
 

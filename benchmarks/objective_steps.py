@@ -3,7 +3,7 @@ EMA update's share of a BSL step.
 
 all-MiniLM-L6-v2 (the embedded default) on CPU, batches of 64 demo-corpus sentences
 paired with their lower-cased form (step time depends on shapes, not on content), max
-length 64, the real `train.loop.train_step`.
+length 64, the real `viewmill.train.loop.train_step`.
 
     .venv/bin/python benchmarks/objective_steps.py [--steps 10] [--batch 64]
 """

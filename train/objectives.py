@@ -1,7 +1,7 @@
 """Training objectives besides BSL: NT-Xent and InfoNCE contrastive, SG-OPT, IS-BERT.
 
 Each takes a tokenised batch whose first n rows are view a and last n rows view b (the
-layout `train.loop` builds), returns a scalar loss, and names the parameters that are
+layout `viewmill.train.loop` builds), returns a scalar loss, and names the parameters that are
 trained and the sentence-transformers modules that are exported.
 """
 
