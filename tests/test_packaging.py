@@ -50,7 +50,8 @@ def test_imports_work_beside_files_named_like_the_layers(wheel, tmp_path):
         (project / f"{layer}.py").write_text("raise SystemExit('the user file was imported')\n")
     code = (
         # the test venv's editable install of this checkout is hidden: only the wheel counts
-        "import sys; from pathlib import Path; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')]; "
+        "import sys; from pathlib import Path; "
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')]; "
         f"sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path({str(REPO)!r})]; "
         f"sys.path.insert(1, {str(site)!r}); "
         "import viewmill, viewmill.train.objectives, viewmill.storage.lake, viewmill.augment.engines; "
