@@ -6,7 +6,6 @@ every commit is a DuckLake snapshot that can be time-travelled to.
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import os
 from collections.abc import Iterator, Sequence
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import filelock
 import polars as pl
 import pyarrow as pa
 from viewmill.storage.schema import PARTITIONS, TABLES
@@ -111,7 +111,8 @@ class WriterLock:
     DuckLake retries concurrent appends instead of failing them, so two writers that
     check "which keys are new?" at the same time would both insert the same keys. Under
     this lock a writer's snapshot includes every earlier commit. Local catalogs use a
-    file lock beside the catalog; PostgreSQL an advisory lock held by its own session.
+    file lock beside the catalog (filelock: flock on Unix, msvcrt on Windows); PostgreSQL
+    an advisory lock held by its own session.
     """
 
     KEY = "hashtext('viewmill-lake-writer')"
@@ -131,21 +132,23 @@ class WriterLock:
         else:
             if self._file is None:
                 self.root.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.root / "writer.lock", "a")  # noqa: SIM115 - held across calls
-            fcntl.flock(self._file, fcntl.LOCK_EX)
+                # One lock per Lake shared by its threads (as the Lake's own depth counter is);
+                # the file stays so no process ever locks a path another just unlinked.
+                self._file = filelock.FileLock(self.root / "writer.lock", thread_local=False, preserve_lock_file=True)
+            self._file.acquire()
 
     def release(self) -> None:
         if self._pg is not None and not self._pg.closed:
             self._pg.execute(f"SELECT pg_advisory_unlock({self.KEY})")
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
+        if self._file is not None and self._file.is_locked:
+            self._file.release()
 
     def close(self) -> None:
         if self._pg is not None:
             self._pg.close()  # ends the session, which would drop a lock still held
             self._pg = None
         if self._file is not None:
-            self._file.close()
+            self._file.release(force=True)
             self._file = None
 
 
