@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -9,9 +10,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from viewmill.augment.engines import EngineError
 from viewmill.augment.ingest import CorpusError
+from viewmill.pipelines.output import OutputError, OutputFormat, print_table, write_file, write_stdout
+from viewmill.pipelines.prefect_cli import deploy, server_app
 from viewmill.pipelines.prefect_env import PrefectServerError
 from viewmill.pipelines.recipe import RecipeError, load_recipe, load_suite
 from viewmill.pipelines.state import StatePaths
@@ -19,14 +21,79 @@ from viewmill.storage.lake import CATALOG_ENV, Lake, LakeError
 from viewmill.train.encoder import EncoderError
 from viewmill.train.evaluate import EvalDataError
 
-app = typer.Typer(help="viewmill: augmented view pairs for sentence-embedding learning.", no_args_is_help=True)
-lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True)
-app.add_typer(lake_app, name="lake")
+from viewmill import __version__
+
+# Results go to stdout (`console`); progress, status and errors to stderr (`err_console`),
+# so `viewmill sql ... --format csv > out.csv` and pipes get the result and nothing else.
 # Piped output is not cut to 80 columns: lake ids and texts must survive `| less` and logs.
 console = Console(width=None if sys.stdout.isatty() else 240)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
-USER_ERRORS = (RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError, PrefectServerError)
+USER_ERRORS = (
+    RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError, PrefectServerError, OutputError
+)  # fmt: skip
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEBUG_ENV = "VIEWMILL_DEBUG"
+EXIT_CODES = "Exit status: 0 ok, 1 a failed run, 2 usage or bad input. VIEWMILL_DEBUG=1 shows tracebacks."
+# Every app (sub-apps too) takes -h as well as --help.
+HELP = {"help_option_names": ["-h", "--help"]}
+
+
+class ViewmillGroup(typer.core.TyperGroup):
+    """Whatever a command raises ends as one message on stderr and an exit status:
+    2 for bad input (the USER_ERRORS), 1 for anything else (a failed run)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.exceptions.TyperException):  # help, usage errors, Ctrl-C
+            raise
+        except BrokenPipeError:
+            _closed_pipe()
+        except USER_ERRORS as exc:
+            _fail(exc)
+        except Exception as exc:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            _fail(exc, EXIT_FAILED)
+
+
+def _closed_pipe() -> None:
+    # The reader stopped early (`| head`): end quietly as Unix tools killed by SIGPIPE do (128 + 13),
+    # with stdout on /dev/null so Python's flush at exit does not complain.
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise typer.Exit(141)
+
+
+app = typer.Typer(
+    help="viewmill: augmented view pairs for sentence-embedding learning.",
+    epilog=EXIT_CODES,
+    no_args_is_help=True,
+    cls=ViewmillGroup,
+    context_settings=HELP,
+)
+lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True, context_settings=HELP)
+app.add_typer(lake_app, name="lake")
+app.add_typer(server_app, name="server")
+app.command()(deploy)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"viewmill {__version__}", highlight=False)
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """viewmill: augmented view pairs for sentence-embedding learning."""
+
+
 StateDir = Annotated[
     Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")
 ]
@@ -50,9 +117,14 @@ def _open_lake(state_dir: Path | None, catalog: str | None) -> Lake:
     return Lake(StatePaths.resolve(state_dir).lake, read_only=True)
 
 
-def _fail(exc: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-    raise typer.Exit(2)
+def _fail(exc: Exception, code: int = EXIT_USAGE) -> None:
+    """One message on stderr, then exit: EXIT_USAGE for bad input, EXIT_FAILED for a run that failed."""
+    known = isinstance(exc, (*USER_ERRORS, ValueError))
+    message = str(exc) if known else f"{type(exc).__name__}: {exc}"
+    if code == EXIT_FAILED:
+        message = f"failed: {message} (VIEWMILL_DEBUG=1 shows the traceback)"
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
 
 
 Overrides = Annotated[
@@ -77,12 +149,11 @@ def _check_dask(dask: str | None, prefect: bool) -> None:
 
 
 def _flow(name: str, state: StatePaths, dask: str | None):
-    """One of viewmill's flows, with Prefect pointed at this state directory (its server
-    checked first) and, with `dask`, its shards on that Dask cluster."""
-    from viewmill.pipelines.prefect_env import check_prefect_server, configure_prefect
+    """One of viewmill's flows, with Prefect pointed at a server (the user's, checked first,
+    else the state directory's temporary one) and, with `dask`, its shards on that Dask cluster."""
+    from viewmill.pipelines.prefect_env import connect_prefect
 
-    configure_prefect(state)
-    check_prefect_server()
+    err_console.print(connect_prefect(state), highlight=False)
     from viewmill.pipelines import flows
 
     chosen = getattr(flows, name)
@@ -146,6 +217,9 @@ def _run(
             stages.preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
         else:
             stages.existing_snapshot(ctx, snapshot)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    try:  # from here on a failure is a failed run (recorded in `runs`), not bad input
         if prefect and evaluate:
             recipe_flow = _flow("recipe_flow", state, dask)
             summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [])
@@ -155,8 +229,12 @@ def _run(
                                  overrides=overrides or [])  # fmt: skip
         else:
             summary = stages.run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
-    except USER_ERRORS as exc:
+    except PrefectServerError as exc:
         _fail(exc)
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _fail(exc, EXIT_FAILED)
     render_summary(summary, console)
 
 
@@ -184,6 +262,9 @@ def sweep(
         if parsed.sweep is None:
             raise RecipeError(f"recipe {recipe} has no sweep section: add sweep.grid or sweep.configs")
         stages.preflight(stages.RunContext(parsed, state))
+    except USER_ERRORS as exc:
+        _fail(exc)
+    try:  # from here on a failure is a failed run, not bad input
         if prefect:
             sweep_flow = _flow("sweep_flow", state, dask)
             result = sweep_flow(str(recipe), str(state.root), overrides=overrides or [])
@@ -192,8 +273,12 @@ def sweep(
         else:
             report = run_sweep(recipe, state, overrides)
             markdown, paths = report.markdown, (report.markdown_path, report.plot_path)
-    except USER_ERRORS as exc:
+    except PrefectServerError as exc:
         _fail(exc)
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _fail(exc, EXIT_FAILED)
     console.print(markdown, highlight=False, markup=False)
     console.print(f"table: {paths[0]}\nplot: {paths[1]}", highlight=False)
 
@@ -238,16 +323,10 @@ def serve(
         load_recipe(recipe)
     except USER_ERRORS as exc:
         _fail(exc)
-    if not os.environ.get("PREFECT_API_URL"):
-        _fail(RecipeError(
-            "viewmill serve needs a Prefect server for schedules and triggers: start one (prefect server start, "
-            "or docker compose -f docker/compose.yaml up) and set PREFECT_API_URL=http://host:4200/api"
-        ))  # fmt: skip
-    from viewmill.pipelines.prefect_env import check_prefect_server, configure_prefect
+    from viewmill.pipelines.prefect_env import connect_prefect
 
-    configure_prefect(state)
-    try:
-        check_prefect_server()
+    try:  # schedules and triggers need the user's server (PREFECT_API_URL or the profile's)
+        err_console.print(connect_prefect(None), highlight=False)
     except USER_ERRORS as exc:
         _fail(exc)
     from prefect import serve as prefect_serve
@@ -257,44 +336,44 @@ def serve(
     prefect_serve(*deployments(str(recipe), str(state.root), cron=cron))
 
 
-def _print_table(table, fmt: str) -> None:
-    import polars as pl
-
-    frame = pl.from_arrow(table)
-    if fmt == "csv":
-        sys.stdout.write(frame.write_csv())
-    elif fmt == "json":
-        sys.stdout.write(frame.write_ndjson())
-    else:
-        out = Table(show_lines=False)
-        for name in frame.columns:
-            out.add_column(name, overflow="fold")
-        for row in frame.iter_rows():
-            out.add_row(*("" if v is None else str(v) for v in row))
-        console.print(out)
-        console.print(f"{frame.height} row(s)")
-
-
 @app.command()
 def sql(
     query: Annotated[str, typer.Argument(help="DuckDB SQL over the lake's tables")],
     state_dir: StateDir = None,
     catalog: CatalogOption = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json (one object a line)")] = "table",
+    fmt: Annotated[
+        OutputFormat,
+        typer.Option(
+            "--format",
+            help="table; csv (nested values as JSON text), json (one object a line, nested values as JSON) "
+            "or parquet (needs --output)",
+        ),
+    ] = OutputFormat.table,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="write the result to this file instead of stdout")
+    ] = None,
 ) -> None:
-    """Answer an ad hoc question over the lake (read-only)."""
+    """Answer an ad hoc question over the lake (read-only); only the result goes to stdout."""
     import duckdb
 
-    if fmt not in {"table", "csv", "json"}:
-        _fail(ValueError(f"unknown --format '{fmt}': use table, csv or json"))
+    if fmt is OutputFormat.parquet and output is None:
+        _fail(OutputError("--format parquet is binary: add --output FILE (e.g. --output result.parquet)"))
+    if fmt is OutputFormat.table and output is not None:
+        _fail(OutputError("--output needs --format csv, json or parquet (table is for the terminal)"))
+    from viewmill.storage.sandbox import run_query
+
+    _use_catalog(catalog)
     try:
-        with _open_lake(state_dir, catalog) as lake:
-            table = lake.arrow(query)
+        table = run_query(StatePaths.resolve(state_dir).lake, query)  # read-only and locked down
     except USER_ERRORS as exc:
         _fail(exc)
     except duckdb.Error as exc:
         _fail(ValueError(f"query failed: {exc}"))
-    _print_table(table, fmt)
+    if output is None:
+        write_stdout(table, fmt, console)
+    else:
+        write_file(table, fmt, output)
+        err_console.print(f"wrote {table.num_rows} row(s) to {output}", highlight=False)
 
 
 @lake_app.command("snapshots")
@@ -308,7 +387,7 @@ def snapshots(state_dir: StateDir = None, catalog: CatalogOption = None) -> None
             )
     except USER_ERRORS as exc:
         _fail(exc)
-    _print_table(table, "table")
+    print_table(table, console)
 
 
 @lake_app.command("export")
@@ -327,7 +406,7 @@ def export(
             n = export_snapshot(lake, snapshot, out, fmt)
     except USER_ERRORS as exc:
         _fail(exc)
-    console.print(f"wrote {n} pairs of {snapshot} to {out}", highlight=False)
+    err_console.print(f"wrote {n} pairs of {snapshot} to {out}", highlight=False)  # status, not a result
 
 
 @lake_app.command("compact")
