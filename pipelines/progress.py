@@ -1,10 +1,13 @@
-"""Progress bars for long stages (rich), as a callback the library functions accept."""
+"""Progress bars for long stages (rich), as a callback the library functions accept.
+
+Bars go to stderr: stdout carries only results, so a command's output can be piped."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
@@ -18,7 +21,7 @@ def progress_bar(description: str, total: int | None = None) -> Iterator[Callabl
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, transient=False) as progress:
+    with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
         task = progress.add_task(description, total=total)
 
         def advance(done: int, new_total: int) -> None:
