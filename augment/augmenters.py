@@ -1,23 +1,57 @@
-"""Augmenter specs (as written in recipes) and the producers that make their views."""
+"""Augmenter specs (as written in recipes), the producers that make their views, and the
+augmenter registry: a spec class per method, viewmill's own and plugins' (entry-point
+group `viewmill.augmenters`). A spec builds its producer; producers load no weights until
+a batch needs them (see `viewmill.augment.models`)."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol
+from functools import lru_cache
+from typing import Annotated, Any, Literal, Protocol, Union
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializeAsAny,
+    Tag,
+    TypeAdapter,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 from viewmill.augment.cache import CacheStats, translate_cached
-from viewmill.augment.engines import DecodingSpec, TranslationEngine, make_engine
+from viewmill.augment.engines import ENGINES, DecodingSpec, TranslationEngine, make_engine
 from viewmill.augment.synonym import replace_synonyms, wordnet, wordnet_revision
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.storage.lake import Lake
+from viewmill.storage.registry import Registry, RegistryError
 
 NAME = Field(pattern=r"^[A-Za-z0-9_.-]+$")
 
 
-class Translating(BaseModel):
+class AugmenterConfig(BaseModel):
+    """Base of every augmenter spec, viewmill's and plugins': a recipe entry with a unique
+    `name` and a `method` (the registry name, as a Literal with that default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = NAME
+    method: str
+
+    @property
+    def path_label(self) -> str:
+        return self.method
+
+    def producer(self, lake: Lake | None) -> Producer:
+        """The producer of this spec's views; `lake` lets data-derived augmenters fingerprint their inputs."""
+        raise NotImplementedError
+
+
+class Translating(AugmenterConfig):
     """Engine settings shared by round trips and forward translation.
 
     Neural engines take `model` (one multilingual model for every leg, e.g. M2M100 or NLLB)
@@ -25,10 +59,7 @@ class Translating(BaseModel):
     ids or local directories.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = NAME
-    engine: Literal["apertium", "hf", "ctranslate2"] = "apertium"
+    engine: str = Field("apertium", description="a registered engine: apertium, hf, ctranslate2 or a plugin's")
     model: str | None = None
     models: list[str] | None = None
     device: str = "cpu"
@@ -47,9 +78,13 @@ class Translating(BaseModel):
     @model_validator(mode="after")
     def _models_fit_the_engine(self):
         legs = len(self.legs)
-        if self.engine == "apertium" and (self.model or self.models):
-            raise ValueError("apertium takes no model: remove model/models or choose engine hf or ctranslate2")
-        if self.engine != "apertium":
+        try:
+            needs_model = ENGINES.get(self.engine).needs_model
+        except RegistryError as exc:
+            raise ValueError(str(exc)) from None
+        if not needs_model and (self.model or self.models):
+            raise ValueError(f"{self.engine} takes no model: remove model/models or choose engine hf or ctranslate2")
+        if needs_model:
             if bool(self.model) == bool(self.models):
                 raise ValueError(f"engine {self.engine} needs either model (one for all legs) or models (one per leg)")
             if self.models is not None and len(self.models) != legs:
@@ -58,6 +93,9 @@ class Translating(BaseModel):
 
     def model_for(self, leg: int) -> str | None:
         return self.models[leg] if self.models else self.model
+
+    def producer(self, lake: Lake | None) -> Producer:
+        return TranslationProducer(self)
 
 
 class BackTranslation(Translating):
@@ -98,25 +136,18 @@ class Forward(Translating):
         return f"{self.source}>{self.target}"
 
 
-class Identity(BaseModel):
+class Identity(AugmenterConfig):
     """The sentence itself as a view (x1 = x in one-view recipes)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = NAME
     method: Literal["identity"] = "identity"
 
-    @property
-    def path_label(self) -> str:
-        return "identity"
+    def producer(self, lake: Lake | None) -> Producer:
+        return IdentityProducer(self)
 
 
-class Synonym(BaseModel):
+class Synonym(AugmenterConfig):
     """Replace about `ratio` of the content words with WordNet synonyms."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = NAME
     method: Literal["synonym"] = "synonym"
     ratio: float = Field(0.3, gt=0, le=1)
     seed: int = 0
@@ -124,6 +155,9 @@ class Synonym(BaseModel):
     @property
     def path_label(self) -> str:
         return "wordnet"
+
+    def producer(self, lake: Lake | None) -> Producer:
+        return SynonymProducer(self)
 
 
 def _method(value: Any) -> str:
@@ -133,12 +167,9 @@ def _method(value: Any) -> str:
     return getattr(value, "method", "backtranslation")
 
 
-class MaskedLM(BaseModel):
+class MaskedLM(AugmenterConfig):
     """Mask about `ratio` of the tokens and fill them with a masked language model."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = NAME
     method: Literal["mlm"] = "mlm"
     model: str = "roberta-base"
     ratio: float = Field(0.2, gt=0, le=1)
@@ -150,14 +181,14 @@ class MaskedLM(BaseModel):
     def path_label(self) -> str:
         return "mlm"
 
+    def producer(self, lake: Lake | None) -> Producer:
+        return MaskedLMProducer(self)
 
-class Entailment(BaseModel):
+
+class Entailment(AugmenterConfig):
     """Labelled NLI data: a premise's view is a hypothesis it entails (SimCSE's supervised
     positives). Sentences that are no premise of such a pair get a rejected view."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = NAME
     method: Literal["entailment"] = "entailment"
     labels: list[str] = Field(["entailment"], min_length=1, description="gold labels that count as a positive")
     seed: int = Field(0, description="picks one hypothesis when a premise has several")
@@ -166,20 +197,70 @@ class Entailment(BaseModel):
     def path_label(self) -> str:
         return "nli:" + "+".join(self.labels)
 
+    def producer(self, lake: Lake | None) -> Producer:
+        return EntailmentProducer(self, lake)
 
-AugmenterSpec = Annotated[
-    Annotated[BackTranslation, Tag("backtranslation")]
-    | Annotated[Forward, Tag("forward")]
-    | Annotated[Identity, Tag("identity")]
-    | Annotated[Synonym, Tag("synonym")]
-    | Annotated[MaskedLM, Tag("mlm")]
-    | Annotated[Entailment, Tag("entailment")],
-    Discriminator(
-        _method,
-        custom_error_type="unknown_method",
-        custom_error_message="method must be one of backtranslation, forward, identity, synonym, mlm, entailment",
-    ),
-]
+
+def _spec_class(value: object) -> type[AugmenterConfig]:
+    if not (isinstance(value, type) and issubclass(value, AugmenterConfig)):
+        raise RegistryError(f"an augmenter entry must be a subclass of AugmenterConfig, not {value!r}")
+    return value
+
+
+AUGMENTERS: Registry[type[AugmenterConfig]] = Registry(
+    "viewmill.augmenters",
+    "augmenter method",
+    {
+        "backtranslation": "viewmill.augment.augmenters:BackTranslation",
+        "forward": "viewmill.augment.augmenters:Forward",
+        "identity": "viewmill.augment.augmenters:Identity",
+        "synonym": "viewmill.augment.augmenters:Synonym",
+        "mlm": "viewmill.augment.augmenters:MaskedLM",
+        "entailment": "viewmill.augment.augmenters:Entailment",
+    },
+    check=_spec_class,
+)
+
+
+def _spec_adapter() -> TypeAdapter:
+    """A tagged union of every registered spec class, looked up when a recipe is validated
+    (so plugins installed since import count)."""
+    classes = {}
+    for method in AUGMENTERS.names():
+        cls = AUGMENTERS.get(method)
+        if cls.model_fields["method"].default != method:
+            raise RegistryError(f"augmenter '{method}' ({cls.__name__}) must declare method: Literal['{method}']")
+        classes[method] = cls
+    return _adapter_for(tuple(classes.items()))
+
+
+@lru_cache(maxsize=16)
+def _adapter_for(classes: tuple[tuple[str, type[AugmenterConfig]], ...]) -> TypeAdapter:
+    members = [Annotated[cls, Tag(method)] for method, cls in classes]
+    return TypeAdapter(
+        Annotated[
+            Union[tuple(members)],  # noqa: UP007 - built at run time from the registry
+            Discriminator(
+                _method,
+                custom_error_type="unknown_method",
+                custom_error_message=f"method must be one of {', '.join(method for method, _ in classes)}",
+            ),
+        ]
+    )
+
+
+def _validate_spec(value: Any, handler: Any) -> AugmenterConfig:
+    if isinstance(value, AugmenterConfig):
+        return value
+    try:
+        adapter = _spec_adapter()
+    except RegistryError as exc:
+        raise ValueError(str(exc)) from None
+    return adapter.validate_python(value)
+
+
+# A recipe's augmenter: whichever registered spec its `method` names (default backtranslation).
+AugmenterSpec = Annotated[SerializeAsAny[AugmenterConfig], WrapValidator(_validate_spec)]
 
 
 @dataclass
@@ -356,14 +437,6 @@ class EntailmentProducer:
         pass
 
 
-def make_producer(spec: AugmenterSpec, lake: Lake | None = None) -> Producer:
+def make_producer(spec: AugmenterConfig, lake: Lake | None = None) -> Producer:
     """The producer for a spec; `lake` lets data-derived augmenters (entailment) fingerprint their inputs."""
-    if isinstance(spec, BackTranslation | Forward):
-        return TranslationProducer(spec)
-    if isinstance(spec, MaskedLM):
-        return MaskedLMProducer(spec)
-    if isinstance(spec, Synonym):
-        return SynonymProducer(spec)
-    if isinstance(spec, Entailment):
-        return EntailmentProducer(spec, lake)
-    return IdentityProducer(spec)
+    return spec.producer(lake)

@@ -1,20 +1,21 @@
-"""Translation engines behind one interface: a batch of texts in, hypotheses in input order out."""
+"""Translation engines behind one interface: a batch of texts in, hypotheses in input order out.
+
+This module holds the interface and the engine registry only; the implementations
+(`apertium`, `neural`, plugins) sit above it and are loaded by name.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import signal
 import subprocess
-import threading
-import warnings
-from functools import cache
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 from viewmill.storage.ids import canonical_json
+from viewmill.storage.registry import Registry, RegistryError
 
 
 class EngineError(RuntimeError):
@@ -54,22 +55,6 @@ class TranslationEngine(Protocol):
         ...
 
 
-# ISO 639-1 -> Apertium's ISO 639-3 codes for the language pairs viewmill knows.
-APERTIUM_CODES = {"en": "eng", "es": "spa", "ca": "cat", "fr": "fra", "de": "deu", "pt": "por", "it": "ita"}
-
-
-@cache
-def apertium_modes() -> frozenset[str]:
-    binary = shutil.which("apertium")
-    if binary is None:
-        raise EngineError(
-            "Apertium is not installed: apt-get install apertium apertium-eng-spa apertium-eng-cat "
-            "(the quick start does this for you)"
-        )
-    out = subprocess.run([binary, "-l"], capture_output=True, text=True, check=True).stdout
-    return frozenset(line.strip() for line in out.splitlines() if line.strip())
-
-
 def user_cache_dir() -> Path:
     """viewmill's cache for converted models and prepared data ($XDG_CACHE_HOME/viewmill)."""
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "viewmill"
@@ -85,159 +70,43 @@ def debian_version(package: str) -> str:
     return out.stdout.strip() or "unknown"
 
 
-def apertium_package(codes: list[str]) -> str:
-    """Debian names language pairs with English first: apertium-eng-spa serves eng-spa and spa-eng."""
-    return "apertium-" + "-".join(sorted(codes, key=lambda c: c != "eng"))
+@dataclass(frozen=True)
+class EngineOptions:
+    """What a recipe says about an engine besides its direction."""
+
+    model: str | None = None  # a hub id or a local directory
+    device: str = "cpu"
+    compute_type: str | None = None
+    max_batch_tokens: int | None = None
 
 
-def apertium_mode_file(mode: str) -> Path:
-    """Where the `apertium` wrapper finds a direction's pipeline (honours APERTIUM_DATADIR)."""
-    return Path(os.environ.get("APERTIUM_DATADIR", "/usr/share/apertium")) / "modes" / f"{mode}.mode"
+@dataclass(frozen=True)
+class Engine:
+    """A registry entry: how to build an engine for one direction. `build` should read only
+    configuration (tokenizer, config, version) and leave weights for the first translation."""
+
+    build: Callable[[str, str, EngineOptions], TranslationEngine]
+    needs_model: bool
+    description: str = ""
 
 
-class ApertiumEngine:
-    """Rule-based MT through one long-lived Apertium pipeline per direction.
-
-    The direction's pipeline (the mode file's programs, in null-flush mode) starts once and
-    stays up; each batch is deformatted with `apertium-destxt`, sent through it ending in a
-    NUL byte, read back up to the NUL, and reformatted with `apertium-retxt`: the same steps
-    and output as `apertium -u <mode>`, without restarting a dozen programs per batch.
-    Text mode keeps final punctuation (line mode drops it); the output is checked to have
-    exactly one line per input. The decoding spec does not change anything.
-
-    Apertium's tagger carries context from sentence to sentence, so a sentence's translation
-    can depend on what the pipeline saw before it (about 1-2% of round trips on the demo
-    corpus). The translation cache keeps the first translation made, so reruns and resumed
-    runs never change a stored view.
-    """
-
-    name = "apertium"
-
-    def __init__(self, src: str, tgt: str) -> None:
-        self.src, self.tgt = src, tgt
-        self.mode = self.mode_for(src, tgt)
-        self.package = apertium_package(self.mode.split("-"))
-        self.model = self.package
-        self.revision = debian_version(self.package)
-        self._pipeline: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def mode_for(src: str, tgt: str) -> str:
-        codes = [APERTIUM_CODES.get(lang) for lang in (src, tgt)]
-        if None in codes:
-            raise EngineError(f"apertium: no language code known for {src}>{tgt}; use one of {sorted(APERTIUM_CODES)}")
-        mode = f"{codes[0]}-{codes[1]}"
-        if mode not in apertium_modes():
-            raise EngineError(
-                f"apertium has no {src}>{tgt} direction ({mode}): apt-get install {apertium_package(codes)} "
-                f"(installed directions: {', '.join(sorted(apertium_modes()))})"
-            )
-        return mode
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        if self._pipeline is not None and self._pipeline.poll() is None:
-            return self._pipeline
-        script = subprocess.run(
-            ["apertium-wblank-mode", "-z", str(apertium_mode_file(self.mode))],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        # $1 = generator option (-n: no '*' marks on unknown words), $2 = tagger option.
-        self._pipeline = subprocess.Popen(
-            ["bash", "-c", script, "apertium", "-n", ""],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        return self._pipeline
-
-    def _format(self, program: str, data: bytes) -> bytes:
-        proc = subprocess.run([program], input=data, capture_output=True, check=False)
-        if proc.returncode != 0:
-            raise EngineError(
-                f"{program} failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')[:300]}"
-            )
-        return proc.stdout
-
-    def _round(self, payload: bytes) -> bytes:
-        pipeline = self._start()
-        assert pipeline.stdin is not None and pipeline.stdout is not None
-        # Write from a thread: a large batch would otherwise fill the pipes and deadlock.
-        writer = threading.Thread(target=_write_all, args=(pipeline.stdin, payload + b"\0"), daemon=True)
-        writer.start()
-        out = bytearray()
-        while not out.endswith(b"\0"):
-            chunk = os.read(pipeline.stdout.fileno(), 1 << 16)
-            if not chunk:
-                self.close()
-                raise EngineError(f"the apertium {self.mode} pipeline exited mid-batch; the batch was not written")
-            out += chunk
-        writer.join()
-        return bytes(out[:-1])
-
-    def translate(self, texts: list[str], src: str, tgt: str, decoding: DecodingSpec) -> list[list[str]]:
-        if (src, tgt) != (self.src, self.tgt):
-            raise EngineError(f"this apertium engine translates {self.src}>{self.tgt}, not {src}>{tgt}")
-        if not texts:
-            return []
-        if any("\n" in t or "\r" in t or "\0" in t for t in texts):
-            raise EngineError("apertium needs single-line texts without NUL bytes: normalise whitespace first")
-        with self._lock:
-            return [[line] for line in self._isolating_failures(texts)]
-
-    def _isolating_failures(self, texts: list[str]) -> list[str]:
-        """A sentence that crashes one of Apertium's programs (it happens: eng-cat on "a ball
-        that is quickly approaching the goal box.") loses its batch; halve the batch until
-        that sentence is alone, and give it an empty translation, so its view is rejected
-        as empty and the others go on. A batch in which every sentence fails is a broken
-        installation, not a bad sentence: that stops the run."""
-        try:
-            return self._translate_batch(texts)
-        except EngineError as exc:
-            self.close()  # the pipeline lost a program: start a fresh one
-            if len(texts) == 1:
-                warnings.warn(f"apertium {self.mode} cannot translate {texts[0]!r}: {exc}", stacklevel=2)
-                return [""]
-            middle = len(texts) // 2
-            out = self._isolating_failures(texts[:middle]) + self._isolating_failures(texts[middle:])
-            if len(texts) > 2 and not any(out):  # not one or two bad sentences: every one fails
-                raise
-            return out
-
-    def _translate_batch(self, texts: list[str]) -> list[str]:
-        deformatted = self._format("apertium-destxt", ("\n".join(texts) + "\n").encode("utf-8"))
-        translated = self._format("apertium-retxt", self._round(deformatted)).decode("utf-8")
-        lines = translated.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        if len(lines) != len(texts):
-            raise EngineError(
-                f"apertium {self.mode} returned {len(lines)} lines for {len(texts)} inputs; the batch was not written"
-            )
-        return [line.strip() for line in lines]
-
-    def close(self) -> None:
-        pipeline, self._pipeline = self._pipeline, None
-        if pipeline is not None and pipeline.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pipeline.pid, signal.SIGTERM)
-            pipeline.wait(timeout=10)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
+def _engine_entry(value: object) -> Engine:
+    if not isinstance(value, Engine):
+        raise RegistryError(f"an engine entry must be a viewmill.augment.engines.Engine, not {type(value).__name__}")
+    return value
 
 
-def _write_all(stream, data: bytes) -> None:
-    with contextlib.suppress(BrokenPipeError):
-        stream.write(data)
-        stream.flush()
-
-
-ENGINES = ("apertium", "hf", "ctranslate2")
+# Implementations live above this module and are loaded by name on first use.
+ENGINES: Registry[Engine] = Registry(
+    "viewmill.engines",
+    "engine",
+    {
+        "apertium": "viewmill.augment.apertium:ENGINE",
+        "hf": "viewmill.augment.neural:HF_ENGINE",
+        "ctranslate2": "viewmill.augment.neural:CT2_ENGINE",
+    },
+    check=_engine_entry,
+)
 
 
 def make_engine(
@@ -249,16 +118,11 @@ def make_engine(
     compute_type: str | None = None,
     max_batch_tokens: int | None = None,
 ) -> TranslationEngine:
-    """An engine for one direction. Neural engines need `model`: a hub id or a local directory."""
-    if engine == "apertium":
-        return ApertiumEngine(src, tgt)
-    if engine not in ENGINES:
-        raise EngineError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
-    if not model:
+    """An engine for one direction. Engines that need a model take a hub id or a local directory."""
+    try:
+        entry = ENGINES.get(engine)
+    except RegistryError as exc:
+        raise EngineError(str(exc)) from None
+    if entry.needs_model and not model:
         raise EngineError(f"engine '{engine}' needs a model for {src}>{tgt} (a hub id or a local directory)")
-    from viewmill.augment.neural import CT2Engine, HFEngine
-
-    # GPUs keep getting faster up to batches of ~1,000 sentences (BENCHMARKS.md); CPUs do not.
-    budget = max_batch_tokens or (4096 if device == "cpu" else 32768)
-    cls = HFEngine if engine == "hf" else CT2Engine
-    return cls(model, src, tgt, device=device, compute_type=compute_type, max_batch_tokens=budget)
+    return entry.build(src, tgt, EngineOptions(model, device, compute_type, max_batch_tokens))

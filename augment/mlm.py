@@ -7,11 +7,12 @@ import random
 from typing import Any
 
 from viewmill.augment.engines import EngineError
+from viewmill.augment.models import load_once
 
 
 class MaskedFiller:
     def __init__(self, ref: str, device: str = "cpu") -> None:
-        from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         try:
             config = AutoConfig.from_pretrained(ref)
@@ -22,9 +23,16 @@ class MaskedFiller:
         self.tokenizer = AutoTokenizer.from_pretrained(ref)
         if self.tokenizer.mask_token is None:
             raise EngineError(f"the tokenizer of '{ref}' has no mask token")
-        self.net = AutoModelForMaskedLM.from_pretrained(ref).to(device).eval()
-        self.device = device
+        self.ref, self.config, self.device = ref, config, device
         self.special = set(self.tokenizer.all_special_ids)
+
+    @property
+    def net(self) -> Any:
+        """The weights, loaded at the first batch that needs them."""
+        from transformers import AutoModelForMaskedLM
+
+        return load_once("mlm", self.ref, self.device, "float32",
+                         lambda: AutoModelForMaskedLM.from_pretrained(self.ref).to(self.device).eval())  # fmt: skip
 
     def fill(self, texts: list[str], ratio: float, seeds: list[int]) -> list[tuple[str, int]]:
         """(new text, tokens replaced) per text; each replacement differs from the original token."""
@@ -57,4 +65,4 @@ class MaskedFiller:
     def identity(self) -> list[Any]:
         from viewmill.augment.neural import model_revision
 
-        return [self.tokenizer.name_or_path, model_revision(self.tokenizer.name_or_path, self.net.config)]
+        return [self.tokenizer.name_or_path, model_revision(self.tokenizer.name_or_path, self.config)]

@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from viewmill.augment.engines import DecodingSpec, EngineError, user_cache_dir
+from viewmill.augment.engines import DecodingSpec, Engine, EngineError, EngineOptions, user_cache_dir
+from viewmill.augment.models import load_once
 from viewmill.storage.files import build_dir_atomically
 from viewmill.storage.ids import dir_fingerprint, fingerprint
 
@@ -156,10 +157,11 @@ class _Seq2SeqEngine:
 
 
 HF_DTYPES = ("float32", "float16", "bfloat16")
+CT2_TYPES = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
 class HFEngine(_Seq2SeqEngine):
-    """transformers generate(): greedy, beam search or sampling."""
+    """transformers generate(): greedy, beam search or sampling. Weights load at the first batch."""
 
     name = "hf"
 
@@ -173,17 +175,27 @@ class HFEngine(_Seq2SeqEngine):
         max_batch_tokens: int = 4096,
     ) -> None:
         super().__init__(ref, src, tgt, max_batch_tokens)
-        import torch
-        from transformers import AutoModelForSeq2SeqLM
-
         self.compute_type = compute_type or "float32"
         if self.compute_type not in HF_DTYPES:
             raise EngineError(f"hf compute_type '{self.compute_type}' is not one of {', '.join(HF_DTYPES)}")
         if self.compute_type != "float32":
             self.revision = f"{self.revision}:{self.compute_type}"  # half precision changes outputs
+        import torch
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise EngineError(f"{ref}: device {device} asked for, but torch sees no CUDA GPU: use device cpu")
         self.device = device
-        dtype = getattr(torch, self.compute_type)
-        self.net = AutoModelForSeq2SeqLM.from_pretrained(ref, dtype=dtype).to(device).eval()
+
+    @property
+    def net(self) -> Any:
+        def load() -> Any:
+            import torch
+            from transformers import AutoModelForSeq2SeqLM
+
+            dtype = getattr(torch, self.compute_type)
+            return AutoModelForSeq2SeqLM.from_pretrained(self.ref, dtype=dtype).to(self.device).eval()
+
+        return load_once("hf", self.ref, self.device, self.compute_type, load)
 
     def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
         import torch
@@ -202,12 +214,16 @@ class HFEngine(_Seq2SeqEngine):
         }
         if decoding.sampling:
             kwargs.update(top_k=decoding.top_k or None, top_p=decoding.top_p, temperature=decoding.temperature)
-            torch.manual_seed(decoding.seed)
         target = self.family.target_token(tgt)
         if target is not None:
             kwargs["forced_bos_token_id"] = self.tokenizer.convert_tokens_to_ids(target)
-        with torch.inference_mode():
-            generated = self.net.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+        net = self.net
+        # generate() samples from the global generator: seed it in a fork that is restored
+        # afterwards, so augmenting never moves training's random stream.
+        devices = [torch.device(self.device)] if torch.device(self.device).type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(decoding.seed)
+            generated = net.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
         texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
         n = decoding.num_hypotheses
         return [[t.strip() for t in texts[i * n : (i + 1) * n]] for i in range(len(batch_ids))]
@@ -247,7 +263,8 @@ def convert_to_ct2(ref: str, revision: str, model_type: str) -> Path:
 
 
 class CT2Engine(_Seq2SeqEngine):
-    """CTranslate2: int8 on CPU and float16 on GPU by default; `compute_type` overrides."""
+    """CTranslate2: int8 on CPU and float16 on GPU by default; `compute_type` overrides.
+    Conversion and loading happen at the first batch."""
 
     name = "ctranslate2"
 
@@ -264,16 +281,35 @@ class CT2Engine(_Seq2SeqEngine):
         import ctranslate2
 
         self.compute_type = compute_type or ("int8" if device == "cpu" else "float16")
+        if self.compute_type not in CT2_TYPES:
+            raise EngineError(f"ctranslate2 compute_type '{self.compute_type}' is not one of {', '.join(CT2_TYPES)}")
+        if device.startswith("cuda") and ctranslate2.get_cuda_device_count() == 0:
+            raise EngineError(f"{ref}: device {device} asked for, but CTranslate2 sees no CUDA GPU: use device cpu")
+        self.device = device
+        self._hf_revision = self.revision
         # One float32 conversion serves every compute type (quantised at load) ...
-        model_dir = convert_to_ct2(ref, self.revision, self.hf_config.model_type)
         self.revision = f"{self.revision}:{self.compute_type}"  # ... but quantisation changes outputs
+
+    def _load(self) -> tuple[Any, list[list[str]] | None]:
+        import ctranslate2
+
+        model_dir = convert_to_ct2(self.ref, self._hf_revision, self.hf_config.model_type)
         threads = max(1, os.cpu_count() or 1)
-        self.translator = ctranslate2.Translator(
-            str(model_dir), device=device, compute_type=self.compute_type, intra_threads=threads
+        translator = ctranslate2.Translator(
+            str(model_dir), device=self.device, compute_type=self.compute_type, intra_threads=threads
         )
         # Some conversions drop the padding token (Marian's); suppress it where it exists.
         pad = self.tokenizer.pad_token
-        self.suppress = [[pad]] if pad and pad in _target_vocabulary(model_dir) else None
+        suppress = [[pad]] if pad and pad in _target_vocabulary(model_dir) else None
+        return translator, suppress
+
+    @property
+    def translator(self) -> Any:
+        return load_once("ctranslate2", self.ref, self.device, self.compute_type, self._load)[0]
+
+    @property
+    def suppress(self) -> list[list[str]] | None:
+        return load_once("ctranslate2", self.ref, self.device, self.compute_type, self._load)[1]
 
     def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
         import ctranslate2
@@ -290,7 +326,7 @@ class CT2Engine(_Seq2SeqEngine):
         if target is not None:
             kwargs["target_prefix"] = [[target]] * len(sources)
         if decoding.sampling:
-            ctranslate2.set_random_seed(decoding.seed)
+            ctranslate2.set_random_seed(decoding.seed)  # CTranslate2's own generator, not torch's
             kwargs.update(
                 sampling_topk=decoding.top_k or 0,
                 sampling_topp=decoding.top_p,
@@ -305,3 +341,28 @@ class CT2Engine(_Seq2SeqEngine):
                 hyps.append(self.tokenizer.decode(ids, skip_special_tokens=True).strip())
             out.append(hyps)
         return out
+
+
+def _build_hf(src: str, tgt: str, options: EngineOptions) -> HFEngine:
+    assert options.model is not None
+    return HFEngine(
+        options.model, src, tgt, device=options.device, compute_type=options.compute_type,
+        max_batch_tokens=_batch_budget(options),
+    )  # fmt: skip
+
+
+def _build_ct2(src: str, tgt: str, options: EngineOptions) -> CT2Engine:
+    assert options.model is not None
+    return CT2Engine(
+        options.model, src, tgt, device=options.device, compute_type=options.compute_type,
+        max_batch_tokens=_batch_budget(options),
+    )  # fmt: skip
+
+
+def _batch_budget(options: EngineOptions) -> int:
+    # GPUs keep getting faster up to batches of ~1,000 sentences (BENCHMARKS.md); CPUs do not.
+    return options.max_batch_tokens or (4096 if options.device == "cpu" else 32768)
+
+
+HF_ENGINE = Engine(_build_hf, needs_model=True, description="transformers seq2seq models (FSMT, Marian, M2M100, NLLB)")
+CT2_ENGINE = Engine(_build_ct2, needs_model=True, description="the same models converted to CTranslate2")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
-from viewmill.augment.augmenters import AugmenterSpec, make_producer
+from viewmill.augment.augmenters import AugmenterSpec, Producer, make_producer
 from viewmill.augment.cache import CacheStats
 from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
 from viewmill.storage.ids import fingerprint
@@ -81,6 +81,12 @@ def corpus_sentences(lake: Lake, corpus: str, shard: Shard = Shard()) -> list[tu
     )
 
 
+def config_hash(spec: AugmenterSpec, filters: FilterSpec, producer: Producer) -> str:
+    """What decides an augmenter's views: its spec, the filters and its engines' identities
+    (models and versions). Views, shard tasks and pairs are keyed by it."""
+    return fingerprint(spec.model_dump(), filters.model_dump(), producer.identity)
+
+
 def views_present(lake: Lake, sentence_ids: list[str], config_hash: str) -> set[str]:
     """Which of these sentences already have a view of this configuration."""
     wanted = pa.table({"sentence_id": pa.array(sentence_ids, pa.string())})
@@ -112,12 +118,12 @@ def make_shard_views(
     """
     producer = make_producer(spec, lake)
     try:
-        config_hash = fingerprint(spec.model_dump(), filters.model_dump(), producer.identity)
+        config = config_hash(spec, filters, producer)
         sentences = corpus_sentences(lake, corpus, shard)
-        present = views_present(lake, [sid for sid, _, _ in sentences], config_hash)
+        present = views_present(lake, [sid for sid, _, _ in sentences], config)
         todo = [row for row in sentences if row[0] not in present]
         report = ShardReport(
-            spec.name, config_hash, shard=shard.index, sentences=len(sentences), reused_views=len(present)
+            spec.name, config, shard=shard.index, sentences=len(sentences), reused_views=len(present)
         )
         if on_progress is not None:
             on_progress(0, len(todo))
@@ -130,10 +136,10 @@ def make_shard_views(
                 reason = view.reason or reject_reason(view.text, quality, filters, method=spec.method)
                 rows.append(
                     {
-                        "view_id": fingerprint(sid, config_hash),
+                        "view_id": fingerprint(sid, config),
                         "sentence_id": sid,
                         "augmenter": spec.name,
-                        "config_hash": config_hash,
+                        "config_hash": config,
                         "method": spec.method,
                         "path": spec.path_label,
                         "text": view.text,

@@ -1,5 +1,6 @@
 import pytest
-from viewmill.augment.engines import ApertiumEngine, DecodingSpec, EngineError, make_engine
+from viewmill.augment.apertium import ApertiumEngine
+from viewmill.augment.engines import DecodingSpec, EngineError, make_engine
 
 from tests.conftest import SENTENCES, needs_apertium
 

@@ -23,7 +23,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     import viewmill.augment.augmenters as augmenters
-    from viewmill.augment.engines import ApertiumEngine
+    from viewmill.augment.apertium import ApertiumEngine
     from viewmill.augment.quality import FilterSpec
     from viewmill.augment.augmenters import BackTranslation
     from viewmill.augment.views import make_views

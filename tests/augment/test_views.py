@@ -3,8 +3,9 @@ from typing import ClassVar
 import pyarrow as pa
 import pytest
 import viewmill.augment.augmenters as augmenters_module
+from viewmill.augment.apertium import ApertiumEngine
 from viewmill.augment.augmenters import BackTranslation
-from viewmill.augment.engines import ApertiumEngine, EngineError
+from viewmill.augment.engines import EngineError
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.views import make_views
 from viewmill.storage.ids import sentence_id

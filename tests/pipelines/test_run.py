@@ -71,7 +71,7 @@ def test_bad_input_fails_before_the_lake_is_touched(tmp_path, tiny_recipe, probl
 
 
 def test_apertium_missing_is_reported_with_the_install_command(tmp_path, tiny_recipe, monkeypatch):
-    import viewmill.augment.engines as engines
+    import viewmill.augment.apertium as engines
 
     engines.apertium_modes.cache_clear()
     monkeypatch.setattr(shutil, "which", lambda name: None)

@@ -113,7 +113,7 @@ def test_shard_results_are_cached_across_runs_and_recomputed_for_a_new_lake(tmp_
 SLOW_APERTIUM = """
 import os, time
 if os.environ.get("VIEWMILL_TEST_SLOW_APERTIUM"):
-    import viewmill.augment.engines as engines
+    import viewmill.augment.apertium as engines
     _translate = engines.ApertiumEngine.translate
 
     def translate(self, texts, src, tgt, decoding):

@@ -1,0 +1,120 @@
+"""The package layers, checked from the source: storage < augment, train < pipelines, and no
+import cycles among viewmill modules (imports inside functions count: they are still a
+dependency, only a later one)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+LAYERS = {"storage": 0, "augment": 1, "train": 1, "pipelines": 2}
+
+
+def module_files() -> dict[str, Path]:
+    files = {"viewmill": REPO / "viewmill" / "__init__.py"}
+    for package in LAYERS:
+        for path in sorted((REPO / package).glob("*.py")):
+            name = f"viewmill.{package}" if path.stem == "__init__" else f"viewmill.{package}.{path.stem}"
+            files[name] = path
+    return files
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """viewmill modules `name` imports anywhere in its file ("from viewmill.x import y" counts
+    as viewmill.x.y when that is a module, else viewmill.x)."""
+    found: set[str] = set()
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative import
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if candidate in known else base)
+    return {module for module in found if module in known and module != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    return {name: imports_of(name, path, set(files)) for name, path in files.items()}
+
+
+def package_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def layer(module: str) -> int | None:
+    return LAYERS.get(package_of(module) or "")
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for child in sorted(graph[node]):
+            if state.get(child) == 1:
+                return [*path[path.index(child) :], child]
+            if child not in state and (cycle := visit(child)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_graph_sees_real_imports():
+    graph = import_graph()
+    assert "viewmill.storage.lake" in graph["viewmill.augment.views"]
+    assert "viewmill.augment.engines" in graph["viewmill.augment.neural"]
+    assert "viewmill.pipelines.stages" in graph["viewmill.pipelines.flows"]
+
+
+def test_there_are_no_import_cycles_among_viewmill_modules():
+    assert find_cycle(import_graph()) is None, f"import cycle: {' -> '.join(find_cycle(import_graph()) or [])}"
+
+
+def test_lower_layers_never_import_higher_ones():
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        for target in sorted(targets)
+        if layer(module) is not None and layer(target) is not None and layer(target) > layer(module)
+    ]
+    assert wrong == []
+
+
+def test_augment_and_train_do_not_import_each_other():
+    graph = import_graph()
+    crossing = [
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        for target in sorted(targets)
+        if {package_of(module), package_of(target)} == {"augment", "train"}
+    ]
+    assert crossing == []
+
+
+@pytest.mark.parametrize(
+    ("graph", "expected"),
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+        ({"a": {"b"}, "b": set(), "c": {"b"}}, None),
+    ],
+)
+def test_the_cycle_finder_finds_cycles(graph, expected):
+    assert find_cycle(graph) == expected
