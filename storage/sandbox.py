@@ -29,7 +29,7 @@ def check_read_only(query: str) -> None:
     except duckdb.Error as exc:
         raise QueryRefused(f"query failed: {exc}") from None
     if not statements:
-        raise QueryRefused("the query is empty: give a SELECT, e.g. viewmill sql \"SELECT count(*) FROM views\"")
+        raise QueryRefused('the query is empty: give a SELECT, e.g. viewmill sql "SELECT count(*) FROM views"')
     for statement in statements:
         if statement.type not in ALLOWED_STATEMENTS:
             kind = statement.type.name

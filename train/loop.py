@@ -7,7 +7,6 @@ import contextlib
 import json
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,6 +21,7 @@ from viewmill.storage.files import build_dir_atomically
 from viewmill.storage.ids import fingerprint
 from viewmill.train import distributed
 from viewmill.train.bsl import BSL
+from viewmill.train.checkpoints import Checkpoints, RunState
 from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import load_sentence_model
 from viewmill.train.objectives import ISBERT, SGOPT, Contrastive
@@ -285,70 +285,6 @@ def _score(dev: DevScore, exported, objective: nn.Module) -> float:
             return float(dev(exported))
     finally:
         objective.train()
-
-
-@dataclass
-class RunState:
-    step: int = 0
-    losses: list[float] = field(default_factory=list)
-    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, dev score)
-    best_step: int | None = None
-
-    def record(self, step: int, score: float, exported, checkpoints: Checkpoints) -> None:
-        self.evals.append((step, score))
-        if self.best_step is None or score > dict(self.evals)[self.best_step]:
-            self.best_step = step
-            checkpoints.save_best(exported)
-
-    def evals_since_best(self) -> int:
-        return sum(1 for step, _ in self.evals if self.best_step is not None and step > self.best_step)
-
-
-class Checkpoints:
-    """Resumable training state and the best dev-scored weights, in one folder per model."""
-
-    def __init__(self, folder: Path, key: str) -> None:
-        self.folder, self.key = folder, key
-
-    def _write(self, name: str, payload: dict) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        partial = self.folder / f".{name}.partial"
-        torch.save(payload, partial)
-        partial.replace(self.folder / name)  # a checkpoint is whole or absent, even if killed while saving
-
-    def save(self, state: RunState, objective: nn.Module, optimizer, scaler) -> None:
-        self._write("state.pt", {
-            "key": self.key, "run": asdict(state), "objective": objective.state_dict(),
-            "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict() if scaler else None,
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-        })  # fmt: skip
-
-    def restore(self, objective: nn.Module, optimizer, scaler) -> RunState | None:
-        path = self.folder / "state.pt"
-        if not path.is_file():
-            return None
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-        if saved["key"] != self.key:  # another configuration's leftovers
-            self.clear()
-            return None
-        objective.load_state_dict(saved["objective"])
-        optimizer.load_state_dict(saved["optimizer"])
-        if scaler is not None and saved["scaler"] is not None:
-            scaler.load_state_dict(saved["scaler"])
-        torch.set_rng_state(saved["rng"]["torch"])
-        np.random.set_state(saved["rng"]["numpy"])
-        random.setstate(saved["rng"]["python"])
-        run = saved["run"]
-        return RunState(run["step"], run["losses"], [tuple(e) for e in run["evals"]], run["best_step"])
-
-    def save_best(self, exported) -> None:
-        self._write("best.pt", {k: v.detach().cpu().clone() for k, v in exported.state_dict().items()})
-
-    def best_weights(self) -> dict:
-        return torch.load(self.folder / "best.pt", map_location="cpu", weights_only=True)
-
-    def clear(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -1,0 +1,139 @@
+"""Training checkpoints that load without running code.
+
+Model weights go to safetensors (a flat tensor format, no pickle); the rest of the state
+(optimiser, loss scaler, random generators, progress) to a torch file holding only
+tensors and plain Python values, loaded with `weights_only=True`. A crafted checkpoint
+therefore fails to load, with a message, instead of executing.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be loaded safely; the message names it and the fix."""
+
+
+def _numpy_state() -> dict[str, Any]:
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+            "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}  # fmt: skip
+
+
+def _set_numpy_state(state: dict[str, Any]) -> None:
+    keys = state["keys"].numpy().astype(np.uint32)
+    np.random.set_state((state["name"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"]))
+
+
+def load_state_file(path: Path) -> Any:
+    """A torch file of tensors and plain values; anything else (pickled objects, code) is refused."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {path} is not a plain weights-and-values file and was not loaded ({first[:160]}): "
+            f"delete {path.parent} to start this training from scratch"
+        ) from None
+
+
+@dataclass
+class RunState:
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, dev score)
+    best_step: int | None = None
+
+    def record(self, step: int, score: float, exported, checkpoints: Checkpoints) -> None:
+        self.evals.append((step, score))
+        if self.best_step is None or score > dict(self.evals)[self.best_step]:
+            self.best_step = step
+            checkpoints.save_best(exported)
+
+    def evals_since_best(self) -> int:
+        return sum(1 for step, _ in self.evals if self.best_step is not None and step > self.best_step)
+
+
+class Checkpoints:
+    """Resumable training state and the best dev-scored weights, in one folder per model.
+
+    `state.pt` names the weights file of its step; a new step's weights are written before
+    it and older ones removed after, so a kill at any moment leaves a consistent pair.
+    """
+
+    def __init__(self, folder: Path, key: str) -> None:
+        self.folder, self.key = folder, key
+
+    def _write(self, name: str, payload: dict) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / f".{name}.partial"
+        torch.save(payload, partial)
+        partial.replace(self.folder / name)  # a checkpoint is whole or absent, even if killed while saving
+
+    def save(self, state: RunState, objective: nn.Module, optimizer, scaler) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        weights = f"objective-{state.step}.safetensors"
+        partial = self.folder / f".{weights}.partial"
+        save_model(objective, str(partial))  # handles tied (shared) tensors
+        partial.replace(self.folder / weights)
+        self._write("state.pt", {
+            "key": self.key, "run": asdict(state), "weights": weights,
+            "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict() if scaler else None,
+            "rng": {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": random.getstate()},
+        })  # fmt: skip
+        for old in self.folder.glob("objective-*.safetensors"):
+            if old.name != weights:
+                old.unlink()
+
+    def restore(self, objective: nn.Module, optimizer, scaler) -> RunState | None:
+        """The saved run state, after loading weights, optimiser, scaler and random
+        generators into place; None when there is no checkpoint of this configuration."""
+        path = self.folder / "state.pt"
+        if not path.is_file():
+            return None
+        saved = load_state_file(path)
+        if not isinstance(saved, dict) or saved.get("key") != self.key:  # another configuration's leftovers
+            self.clear()
+            return None
+        weights = self.folder / str(saved.get("weights", ""))
+        if not weights.is_file() or weights.parent != self.folder:
+            raise CheckpointError(f"checkpoint {path} names weights {weights} that are missing: delete {self.folder}")
+        missing, unexpected = load_model(objective, str(weights), strict=False)
+        if missing or unexpected:
+            raise CheckpointError(
+                f"checkpoint {weights} does not fit this model ({len(missing)} missing, {len(unexpected)} "
+                f"unexpected tensors): delete {self.folder} to start this training from scratch"
+            )
+        optimizer.load_state_dict(saved["optimizer"])
+        if scaler is not None and saved["scaler"] is not None:
+            scaler.load_state_dict(saved["scaler"])
+        torch.set_rng_state(saved["rng"]["torch"])
+        _set_numpy_state(saved["rng"]["numpy"])
+        random.setstate(_as_tuples(saved["rng"]["python"]))
+        run = saved["run"]
+        return RunState(run["step"], run["losses"], [tuple(e) for e in run["evals"]], run["best_step"])
+
+    def save_best(self, exported) -> None:
+        self._write("best.pt", {k: v.detach().cpu().clone() for k, v in exported.state_dict().items()})
+
+    def best_weights(self) -> dict:
+        return load_state_file(self.folder / "best.pt")
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _as_tuples(value: Any) -> Any:
+    # random.setstate needs tuples all the way down
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, list | tuple) else value
