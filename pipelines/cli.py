@@ -131,7 +131,7 @@ Overrides = Annotated[
     list[str] | None, typer.Option("--set", help="override a recipe setting, e.g. --set train.objective=ntxent")
 ]
 PrefectOption = Annotated[
-    bool, typer.Option(help="run as a Prefect flow (ephemeral API unless PREFECT_API_URL is set)")
+    bool, typer.Option(help="run as a Prefect flow (your configured Prefect server, else a temporary local one)")
 ]
 
 DaskOption = Annotated[
@@ -316,7 +316,7 @@ def serve(
     state_dir: StateDir = None,
     catalog: CatalogOption = None,
 ) -> None:
-    """Serve this recipe's deployments from this machine (needs a Prefect server: PREFECT_API_URL)."""
+    """Serve this recipe's deployments from this machine (needs a Prefect server: PREFECT_API_URL or the profile's)."""
     _use_catalog(catalog)
     state = StatePaths.resolve(state_dir)
     try:

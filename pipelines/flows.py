@@ -15,6 +15,7 @@ from prefect.filesystems import RemoteFileSystem, WritableFileSystem
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 from viewmill.pipelines import artifacts, stages
+from viewmill.pipelines.deploy import ensure_gpu_limit  # noqa: F401 - `viewmill serve` and deployments use it
 from viewmill.pipelines.recipe import RecipeError, load_recipe
 from viewmill.pipelines.state import StatePaths
 
@@ -29,8 +30,9 @@ _STAGES = (
     stages.train_stage,
     stages.evaluate_stage,
 )
-# Stages that hold a model on the accelerator carry the `gpu` tag: a concurrency limit of
-# 1 on that tag (viewmill serve sets it) keeps one GPU from running two of them at once.
+# Stages that hold a model on the accelerator carry the `gpu` tag: a concurrency limit of 1
+# on that tag (viewmill serve, viewmill deploy, prefect.yaml's build step set it) keeps one
+# GPU from running two of them at once.
 RESULTS_ENV = "VIEWMILL_RESULTS"
 DASK_ENV = "VIEWMILL_DASK"
 MODEL_STAGES = {stages.train_stage, stages.evaluate_stage}
@@ -76,9 +78,11 @@ def submit_shards(ctx: stages.RunContext, jobs: list[dict[str, Any]]) -> list[di
     )
     # A shard that holds a model on the accelerator takes the `gpu` slot like training does.
     on_gpu = [str(getattr(job["spec"], "device", "cpu")).startswith("cuda") for job in jobs]
+    # A cached result is trusted only while the lake still holds the shard's views.
+    stale = stages.shards_missing_views(str(ctx.state.lake), jobs)
     futures = [
-        shard_task.with_options(tags=["gpu"] if gpu else None).submit(**job)
-        for job, gpu in zip(jobs, on_gpu, strict=True)
+        shard_task.with_options(tags=["gpu"] if gpu else None, refresh_cache=missing).submit(**job)
+        for job, gpu, missing in zip(jobs, on_gpu, stale, strict=True)
     ]
     reports = []
     for future in futures:
@@ -196,18 +200,6 @@ def sweep_flow(recipe_path: str, state_dir: str, overrides: list[str] | None = N
     key = report.sweep.lower().replace("_", "-").replace(".", "-")
     create_markdown_artifact(report.markdown, key=f"{key}-sweep", description=f"sweep {report.sweep_run}")
     return report.as_dict()
-
-
-def ensure_gpu_limit(limit: int = 1) -> None:
-    """The server-side concurrency limit behind the `gpu` tag (created once, kept if present)."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_concurrency_limit_by_tag("gpu")
-        except ObjectNotFound:
-            client.create_concurrency_limit(tag="gpu", concurrency_limit=limit)
 
 
 def deployments(recipe_path: str, state_dir: str, *, cron: str = "0 2 * * *") -> list:

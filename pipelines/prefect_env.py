@@ -1,23 +1,26 @@
-"""Prefect's environment for a local run: home under the state dir, no telemetry, ephemeral API."""
+"""Which Prefect server a run talks to: the user's (PREFECT_API_URL, else the active profile
+or Prefect settings file), else a temporary local server owned by the state directory."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from viewmill.pipelines.state import StatePaths
 
+QUIET = {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
 
 def configure_prefect(state: StatePaths) -> None:
-    """Must run before `prefect` is imported; settings the user set explicitly win."""
+    """Prefect's home under the state dir and telemetry off, for a run on no configured server.
+    Must run before `prefect` is imported; settings the user set explicitly win."""
     state.prefect_home.mkdir(parents=True, exist_ok=True)
-    defaults = {
-        "PREFECT_HOME": str(state.prefect_home),
-        "DO_NOT_TRACK": "1",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    for key, value in defaults.items():
+    for key, value in {"PREFECT_HOME": str(state.prefect_home), **QUIET}.items():
         os.environ.setdefault(key, value)
 
 
@@ -25,17 +28,83 @@ class PrefectServerError(RuntimeError):
     """The configured Prefect server cannot be reached; the message says what to do."""
 
 
-def check_prefect_server(timeout: float = 5.0) -> None:
-    """With PREFECT_API_URL set, the server must answer its health check."""
-    api = os.environ.get("PREFECT_API_URL")
-    if not api:
-        return
-    import httpx
+@dataclass(frozen=True)
+class PrefectTarget:
+    url: str
+    source: str  # where the URL came from, for the user: "PREFECT_API_URL", "profile 'team'", ...
 
-    try:
-        httpx.get(api.rstrip("/") + "/health", timeout=timeout).raise_for_status()
-    except httpx.HTTPError as exc:
+
+def configured_server() -> PrefectTarget | None:
+    """The server the user's Prefect settings name, read by Prefect's own loader (environment,
+    then the active profile, then prefect.toml / pyproject.toml / .env); None when none does."""
+    api = os.environ.get("PREFECT_API_URL")
+    if api:
+        return PrefectTarget(api, "PREFECT_API_URL")
+    from prefect.settings import Settings, load_profiles
+
+    url = Settings().api.url
+    if not url:
+        return None
+    profiles = load_profiles()
+    name = os.environ.get("PREFECT_PROFILE") or profiles.active_name
+    profile = profiles[name] if name in profiles.names else None
+    in_profile = profile is not None and any(s.name == "PREFECT_API_URL" for s in profile.settings)
+    return PrefectTarget(url, f"profile {name!r}" if in_profile else "Prefect's settings files")
+
+
+def check_prefect_server(target: PrefectTarget, timeout: float = 5.0) -> None:
+    """A configured server must answer its health check."""
+    from viewmill.pipelines.local_server import healthy
+
+    if not healthy(target.url, timeout=timeout):
         raise PrefectServerError(
-            f"the Prefect server at {api} is unreachable ({type(exc).__name__}): start it (prefect server start), "
-            "fix PREFECT_API_URL, or unset it (or pass --no-prefect) to run locally without a server"
-        ) from None
+            f"the Prefect server at {target.url} (from {target.source}) is unreachable: start it "
+            "(prefect server start), fix or unset PREFECT_API_URL or the profile's PREFECT_API_URL "
+            "(prefect profile use ephemeral), or pass --no-prefect to run locally without a server"
+        )
+
+
+def _refresh_prefect_settings() -> None:
+    # Prefect froze its settings when it was imported: make it read the environment again.
+    import sys
+
+    if "prefect.context" in sys.modules:
+        from prefect.context import refresh_global_settings_context
+
+        refresh_global_settings_context()
+
+
+def connect_prefect(state: StatePaths | None) -> str:
+    """Point this process's Prefect at a server and return the line that says which.
+
+    A configured server (environment, profile, settings file) must answer. With none, and a
+    state directory, the state's temporary local server is reused or started and this process
+    holds a lease on it; with neither (state None), PrefectServerError says how to get one."""
+    for key, value in QUIET.items():
+        os.environ.setdefault(key, value)
+    target = configured_server()
+    if target is not None:
+        check_prefect_server(target)
+        return f"Prefect: using server {target.url} from {target.source}"
+    if state is None:
+        raise PrefectServerError(
+            "this command needs a Prefect server: start one (prefect server start, or "
+            "docker compose -f docker/compose.yaml up) and set PREFECT_API_URL=http://host:4200/api "
+            "(or PREFECT_API_URL in your Prefect profile)"
+        )
+    from viewmill.pipelines import local_server
+
+    configure_prefect(state)
+    try:
+        server = local_server.ensure(state.prefect_home)
+    except local_server.LocalServerError as exc:
+        raise PrefectServerError(str(exc)) from None
+    local_server.take_lease(state.prefect_home)
+    os.environ["PREFECT_API_URL"] = server.url
+    _refresh_prefect_settings()
+    how = "started" if server.started else "reused"
+    idle_min = int(os.environ.get(local_server.IDLE_ENV, local_server.DEFAULT_IDLE_S)) / 60
+    return (
+        f"Prefect: temporary local server at {server.url} ({how}; home {state.prefect_home}; "
+        f"stops after {idle_min:g} idle minutes or with `viewmill server stop`)"
+    )
