@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from viewmill.storage.registry import Registry, RegistryError
+
 
 class CorpusError(ValueError):
     """A corpus cannot be used; the message names the file and the fix."""
@@ -177,23 +179,40 @@ def _missing_column(path: Path | str, column: str, available: list[str]) -> Corp
 
 
 def read_csv(path: Path, options: ReadOptions) -> Iterator[Record]:
-    """CSV with a header row; the text is in `text_column`."""
+    """CSV with a header row; the text is in `text_column`.
+
+    Parsed strictly: a quote left open (which would swallow the records after it) stops
+    the read with the line it opened on, and a record running over several lines is
+    malformed (a sentence corpus has none; it is how an unbalanced quote shows).
+    """
     column = _text_column(options, "csv")
     _require_file(path)
+    start = 1
     try:
         with path.open(encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle)
+            reader = csv.DictReader(handle, strict=True)
             if reader.fieldnames is None or column not in reader.fieldnames:
                 raise _missing_column(path, column, list(reader.fieldnames or []))
+            start = reader.line_num + 1
             for record in reader:
-                row = reader.line_num
+                row, end, start = start, reader.line_num, reader.line_num + 1
                 value = record.get(column)
-                if None in record or value is None:
+                if end > row:
+                    yield Malformed(
+                        str(path), row, f"one record runs over lines {row}-{end}: an unbalanced quote? "
+                        "close it, or double a quote inside a quoted field (\"\")",
+                    )  # fmt: skip
+                elif None in record or value is None:
                     yield Malformed(str(path), row, f"expected {len(reader.fieldnames)} fields, got another count")
                 else:
                     yield RawLine(value, str(path), row)
     except UnicodeDecodeError as exc:
         raise CorpusError(f"{path}: not valid UTF-8 ({exc.reason}); re-encode it, e.g. iconv -t utf-8") from None
+    except csv.Error as exc:
+        raise CorpusError(
+            f"{path}:{start}: CSV cannot be parsed from this line on ({exc}): a quote opened here is never closed? "
+            "close it, or double a quote inside a quoted field (\"\")"
+        ) from None
 
 
 def read_parquet(path: Path, options: ReadOptions) -> Iterator[Record]:
@@ -244,13 +263,25 @@ def read_hf_dataset(source: Path, options: ReadOptions) -> Iterator[Record]:
             yield Malformed(name, row, f"'{column}' is {type(value).__name__}, not text")
 
 
-READERS: dict[str, Reader] = {
-    "text": read_text_file,
-    "book": read_book,
-    "senteval": read_senteval_nli,
-    "nli-jsonl": read_nli_jsonl,
-    "csv": read_csv,
-    "parquet": read_parquet,
-    "hf": read_hf_dataset,
-}
+def _reader(value: object) -> Reader:
+    if not callable(value):
+        raise RegistryError(f"a corpus reader must be a function (path, ReadOptions) -> records, not {value!r}")
+    return value  # type: ignore[return-value]
+
+
+# Corpus formats; plugins add theirs in the entry-point group `viewmill.readers`.
+READERS: Registry[Reader] = Registry(
+    "viewmill.readers",
+    "corpus format",
+    {
+        "text": "viewmill.augment.readers:read_text_file",
+        "book": "viewmill.augment.readers:read_book",
+        "senteval": "viewmill.augment.readers:read_senteval_nli",
+        "nli-jsonl": "viewmill.augment.readers:read_nli_jsonl",
+        "csv": "viewmill.augment.readers:read_csv",
+        "parquet": "viewmill.augment.readers:read_parquet",
+        "hf": "viewmill.augment.readers:read_hf_dataset",
+    },
+    check=_reader,
+)
 NLI_FORMATS = ("senteval", "nli-jsonl")

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from viewmill.augment.augmenters import AugmenterSpec
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.readers import NLI_FORMATS, ReadOptions
+from viewmill.augment.readers import NLI_FORMATS, READERS, ReadOptions
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.train.config import TrainConfig
 from viewmill.train.evaluate import StsTask
@@ -29,7 +29,8 @@ class CorpusSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, description="defaults to the recipe's name")
-    format: Literal["text", "book", "senteval", "nli-jsonl", "csv", "parquet", "hf"] = "text"
+    format: str = Field("text", description="a registered corpus format: text, book, senteval, nli-jsonl, csv, "
+                        "parquet, hf or a plugin's")
     files: list[Path] = Field(min_length=1, description="files; for hf, hub ids or save_to_disk directories")
     lang: str = "en"
     text_column: str | None = Field(None, description="csv, parquet and hf: the column with the text")
@@ -40,6 +41,13 @@ class CorpusSpec(BaseModel):
     max_words: int = Field(64, ge=1)
     limit: int | None = Field(None, ge=1)
     on_error: Literal["stop", "skip"] = Field("stop", description="a malformed record stops the run, or is counted")
+
+    @field_validator("format")
+    @classmethod
+    def _registered_format(cls, fmt: str) -> str:
+        if fmt not in READERS:
+            raise ValueError(f"unknown corpus format '{fmt}': use one of {READERS.help()}")
+        return fmt
 
     @model_validator(mode="after")
     def _column_where_needed(self) -> CorpusSpec:

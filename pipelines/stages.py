@@ -28,7 +28,7 @@ from viewmill.storage.schema import EVALS, MODELS, RUNS
 from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, snapshot_info
 from viewmill.train import distributed, suite
 from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
-from viewmill.train.evaluate import Embedder, StsTask, concatenated, load_task, spearman_x100
+from viewmill.train.evaluate import Embedder, StsTask, concatenated, load_task, model_spearman_x100
 from viewmill.train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint, write_card_metrics
 from viewmill.train.senteval import TransferTask
 
@@ -246,7 +246,7 @@ def _dev_scorer(task: StsTask | None):
     if task is None:
         return None
     data = concatenated(load_task(task))
-    return lambda model: spearman_x100(Embedder(model), data)
+    return lambda model: model_spearman_x100(model, data)  # sentence-transformers' own evaluator
 
 
 def task_data_hash(task: StsTask | TransferTask) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
@@ -92,6 +92,9 @@ class Registry(Generic[T]):
         return entry
 
     __getitem__ = get
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
 
     def help(self) -> str:
         return ", ".join(self.names())

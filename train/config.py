@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from viewmill.train.objectives import OBJECTIVES
 
-OBJECTIVES = ("bsl", "ntxent", "infonce", "sgopt", "isbert")
-HEADLESS = ("ntxent", "infonce")  # nothing to warm up before the encoder trains
 PAPER_LR = 5e-4  # BSL paper: lr 5e-4 (1e-4..5e-4), Adam, batch 64, one epoch
-DEFAULT_TEMPERATURE = {"ntxent": 0.05, "infonce": 0.05, "sgopt": 0.01}
 
 
 class TrainConfig(BaseModel):
@@ -25,7 +23,7 @@ class TrainConfig(BaseModel):
         description="safe: head warm-up, small encoder lr, best dev checkpoint kept; paper: the BSL paper's plain "
         "setting (one lr for encoder and head, default 5e-4, no warm-up, the last step exported)",
     )
-    objective: Literal["bsl", "ntxent", "infonce", "sgopt", "isbert"] = "bsl"
+    objective: str = Field("bsl", description="a registered objective: bsl, ntxent, infonce, sgopt, isbert, plugins")
     steps: int = Field(120, ge=1)
     batch_size: int = Field(64, ge=2)
     max_length: int = Field(64, ge=8)
@@ -66,23 +64,31 @@ class TrainConfig(BaseModel):
     device: str = "cpu"
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="autocast dtype; fp16 adds loss scaling")
 
+    @field_validator("objective")
+    @classmethod
+    def _registered(cls, objective: str) -> str:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective '{objective}': use one of {OBJECTIVES.help()}")
+        return objective
+
     @model_validator(mode="after")
     def _defaults_and_warmup(self) -> TrainConfig:
+        entry = OBJECTIVES.get(self.objective)
         if self.preset == "paper":
             self._apply_paper_preset()
         if self.head_warmup_steps is None:
-            self.head_warmup_steps = 0 if self.objective in HEADLESS else 40
-        if self.objective in HEADLESS and self.head_warmup_steps:
+            self.head_warmup_steps = 40 if entry.head else 0
+        if not entry.head and self.head_warmup_steps:
             raise ValueError(f"{self.objective} has no head to warm up: set head_warmup_steps to 0")
         if self.head_warmup_steps >= self.steps:
             raise ValueError(
                 f"head_warmup_steps ({self.head_warmup_steps}) must be below steps ({self.steps}), "
                 "or the encoder never trains"
             )
-        if self.temperature is None and self.objective in DEFAULT_TEMPERATURE:
-            self.temperature = DEFAULT_TEMPERATURE[self.objective]
+        if self.temperature is None and entry.temperature is not None:
+            self.temperature = entry.temperature
         if self.grad_accumulation > 1:
-            if self.objective not in ("bsl", "ntxent", "infonce"):
+            if not entry.accumulation:
                 raise ValueError(
                     f"grad_accumulation is for bsl (plain) and ntxent/infonce (cached gradients); {self.objective}'s "
                     "in-batch negatives would change: lower batch_size instead"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from scipy.stats import spearmanr
 
 
@@ -24,6 +24,15 @@ class StsData:
     gold: np.ndarray
     convention: str
     unscored: int = 0  # pairs with a blank gold line, skipped
+    skipped: str | None = None  # why this set is not scored (it cannot be read reliably)
+
+
+# SemEval-2017 Task 1 tracks by language pair (es-en is track 4a, SNLI-derived, as in
+# SentEval and MTEB; track 4b is the WMT subset).
+STS17_TRACKS = {
+    "ar-ar": "track1.ar-ar", "ar-en": "track2.ar-en", "es-es": "track3.es-es", "es-en": "track4a.es-en",
+    "es-en-wmt": "track4b.es-en", "en-en": "track5.en-en", "tr-en": "track6.tr-en",
+}  # fmt: skip
 
 
 class StsTask(BaseModel):
@@ -33,8 +42,13 @@ class StsTask(BaseModel):
       file, 4,927 pairs); `sick-all`: a folder with SICK's train, trial and test files
       (MTEB's SICK-R: all 9,927 pairs).
     - `senteval-sts`: a SentEval STS folder (STS12-en-test, ...): STS.input.X.txt with
-      STS.gs.X.txt per subset; `sts17`: SemEval-2017 Task 1 tracks in the official layout
-      (inputs in `path`, gold files in `gold_path` or beside them).
+      STS.gs.X.txt per subset; `sts17`: one SemEval-2017 Task 1 track (`track`: en-en, es-es,
+      ar-ar, es-en, ar-en, tr-en) in the official layout (inputs in `path`, gold files in
+      `gold_path` or beside them). STS 2017 is reported per track: the tracks' concatenation
+      mixes languages and is no score. A track whose input and gold files do not line up is
+      skipped with a message (the official tr-en input has 500 lines for 250 gold scores),
+      unless `gold_alignment: first-lines` pairs the gold scores with the first input lines
+      (what SentEval does by pasting the files side by side).
     - `stsb-xling`: cross-lingual STS-B from stsb-multi-mt (a folder of stsb-<lang>-<split>.csv):
       English first sentences with second sentences in `lang_b`.
     """
@@ -47,6 +61,19 @@ class StsTask(BaseModel):
     gold_path: Path | None = None
     lang_b: str | None = None
     split: str = "test"
+    track: str | None = None
+    gold_alignment: Literal["strict", "first-lines"] = "strict"
+
+    @model_validator(mode="after")
+    def _one_track_per_sts17_task(self) -> StsTask:
+        if self.format == "sts17" and self.track not in STS17_TRACKS:
+            raise ValueError(
+                f"sts17 is scored per track: set track to one of {', '.join(STS17_TRACKS)} (one task per track; "
+                "the concatenation of all tracks is not a meaningful score)"
+            )
+        if self.format != "sts17" and (self.track is not None or self.gold_alignment != "strict"):
+            raise ValueError("track and gold_alignment apply to format sts17 only")
+        return self
 
 
 def _read_text(path: Path) -> str:
@@ -118,24 +145,50 @@ def load_sts_subsets(inputs: Path, gold_dir: Path | None = None) -> dict[str, St
             raise EvalDataError(
                 f"{gold_file} has {len(scores)} lines but {input_file} has {len(pairs)}: they must line up"
             )
-        s1, s2, gold, unscored = [], [], [], 0
-        for line_no, (pair, score) in enumerate(zip(pairs, scores, strict=True), start=1):
-            if not score.strip():
-                unscored += 1
-                continue
-            cols = pair.split("\t")
-            if len(cols) < 2:
-                raise EvalDataError(f"{input_file}:{line_no}: expected two tab-separated sentences")
-            try:
-                gold.append(float(score))
-            except ValueError:
-                raise EvalDataError(f"{gold_file}:{line_no}: score '{score.strip()}' is not a number") from None
-            s1.append(cols[0])
-            s2.append(cols[1])
-        subsets[subset] = StsData(s1, s2, np.asarray(gold), f"{len(gold)} scored pairs of {subset}", unscored)
+        subsets[subset] = _scored_pairs(input_file, gold_file, pairs, scores, subset)
     if not subsets:
         raise EvalDataError(f"{inputs} holds no STS.input.*.txt files")
     return subsets
+
+
+def _scored_pairs(input_file: Path, gold_file: Path, pairs: list[str], scores: list[str], label: str) -> StsData:
+    s1, s2, gold, unscored = [], [], [], 0
+    for line_no, (pair, score) in enumerate(zip(pairs, scores, strict=True), start=1):
+        if not score.strip():
+            unscored += 1
+            continue
+        cols = pair.split("\t")
+        if len(cols) < 2:
+            raise EvalDataError(f"{input_file}:{line_no}: expected two tab-separated sentences")
+        try:
+            gold.append(float(score))
+        except ValueError:
+            raise EvalDataError(f"{gold_file}:{line_no}: score '{score.strip()}' is not a number") from None
+        s1.append(cols[0])
+        s2.append(cols[1])
+    return StsData(s1, s2, np.asarray(gold), f"{len(gold)} scored pairs of {label}", unscored)
+
+
+def load_sts17_track(task: StsTask) -> StsData:
+    """One STS 2017 track. Input and gold files of different lengths skip the track (with the
+    reason), or with gold_alignment first-lines score the first len(gold) input lines."""
+    assert task.track is not None
+    name = STS17_TRACKS[task.track]
+    if not task.path.is_dir():
+        raise EvalDataError(f"STS 2017 folder not found: {task.path} (viewmill data fetch sts17)")
+    input_file = task.path / f"STS.input.{name}.txt"
+    gold_file = (task.gold_path or task.path) / f"STS.gs.{name}.txt"
+    pairs, scores = _read_text(input_file).splitlines(), _read_text(gold_file).splitlines()
+    label = f"STS 2017 {name}"
+    if len(pairs) != len(scores):
+        if task.gold_alignment == "strict" or len(pairs) < len(scores):
+            return StsData([], [], np.zeros(0), f"skipped: {label}", skipped=(
+                f"{input_file.name} has {len(pairs)} lines but {gold_file.name} {len(scores)}: track skipped "
+                "(gold_alignment: first-lines scores the first input lines, as SentEval does)"
+            ))  # fmt: skip
+        pairs = pairs[: len(scores)]
+        label += f" (first {len(scores)} input lines, gold_alignment first-lines)"
+    return _scored_pairs(input_file, gold_file, pairs, scores, label)
 
 
 def load_stsb_xling(folder: Path, lang_b: str, split: str) -> StsData:
@@ -156,8 +209,10 @@ def load_stsb_xling(folder: Path, lang_b: str, split: str) -> StsData:
 
 def load_task(task: StsTask) -> dict[str, StsData]:
     """The task's data by subset; single-file formats have the one subset "all"."""
-    if task.format in ("senteval-sts", "sts17"):
+    if task.format == "senteval-sts":
         return load_sts_subsets(task.path, task.gold_path)
+    if task.format == "sts17":
+        return {"all": load_sts17_track(task)}
     if task.format == "stsb-xling":
         if not task.lang_b:
             raise EvalDataError(f"task {task.name}: stsb-xling needs lang_b (e.g. de)")
@@ -179,8 +234,8 @@ def score_task(embed: Callable[[list[str]], np.ndarray], task: StsTask) -> list[
     "all" (concatenated) and "mean" (unweighted mean of the subsets, SentEval's figure)."""
     subsets = load_task(task)
     rows = [
-        {"subset": name, "value": spearman_x100(embed, data), "n": len(data.gold), "convention": data.convention,
-         "unscored": data.unscored}
+        {"subset": name, "value": float("nan") if data.skipped else spearman_x100(embed, data), "n": len(data.gold),
+         "convention": f"skipped: {data.skipped}" if data.skipped else data.convention, "unscored": data.unscored}
         for name, data in subsets.items()
     ]  # fmt: skip
     if len(subsets) > 1:
@@ -213,6 +268,21 @@ class Embedder:
             )
             self.cache.update(zip(missing, vectors, strict=True))
         return np.stack([self.cache[t] for t in texts])
+
+
+def model_spearman_x100(model, data: StsData, batch_size: int = 64) -> float:
+    """Spearman x100 of one SentenceTransformer on one set through sentence-transformers' own
+    EmbeddingSimilarityEvaluator (cosine): for a model scored once, e.g. the dev set during
+    training. `spearman_x100` gives the same figure (tests/train/test_evaluate.py) and serves the
+    suites, whose Embedder encodes a text shared by several tasks once."""
+    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
+
+    evaluator = EmbeddingSimilarityEvaluator(
+        data.s1, data.s2, data.gold.tolist(), batch_size=batch_size, similarity_fn_names=["cosine"],
+        name="sts", write_csv=False,
+    )  # fmt: skip
+    metrics = evaluator(model)
+    return float(metrics[evaluator.primary_metric] * 100)
 
 
 def spearman_x100(embed: Callable[[list[str]], np.ndarray], data: StsData) -> float:

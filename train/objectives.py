@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from viewmill.storage.registry import Registry, RegistryError
 from viewmill.train.bsl import mean_pool
 from viewmill.train.distributed import gather_with_local_grad
 
@@ -262,3 +266,46 @@ class ISBERT(nn.Module):
 
     def head_parameters(self) -> list[nn.Parameter]:
         return list(self.cnn.parameters())
+
+
+# -- the objective registry ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A training objective's registry entry; plugins add theirs in the entry-point group
+    `viewmill.objectives`. `build(config, sentence_model)` returns the training module (with
+    `loss(batch, n, train_encoder=...)` and `head_parameters()`) and the sentence-transformers
+    modules to export; viewmill's own objectives leave it None and the training loop builds them."""
+
+    build: Callable[[Any, Any], tuple[nn.Module, list[nn.Module]]] | None = None
+    head: bool = True  # a head that warms up before the encoder trains
+    temperature: float | None = None  # default temperature, where the loss has one
+    accumulation: bool = False  # grad_accumulation > 1 keeps the loss unchanged
+    description: str = ""
+
+
+def _objective_entry(value: object) -> Objective:
+    if not isinstance(value, Objective):
+        raise RegistryError(f"an objective entry must be a viewmill.train.objectives.Objective, not {value!r}")
+    return value
+
+
+BSL_OBJECTIVE = Objective(head=True, accumulation=True, description="BYOL-style bootstrapping (predictor + EMA)")
+NTXENT = Objective(head=False, temperature=0.05, accumulation=True, description="NT-Xent over 2n views")
+INFONCE = Objective(head=False, temperature=0.05, accumulation=True, description="in-batch InfoNCE (MNRL)")
+SGOPT_OBJECTIVE = Objective(head=True, temperature=0.01, description="self-guided contrastive (frozen BERT_F)")
+ISBERT_OBJECTIVE = Objective(head=True, description="mutual information with the sentence's n-grams")
+
+OBJECTIVES: Registry[Objective] = Registry(
+    "viewmill.objectives",
+    "objective",
+    {
+        "bsl": "viewmill.train.objectives:BSL_OBJECTIVE",
+        "ntxent": "viewmill.train.objectives:NTXENT",
+        "infonce": "viewmill.train.objectives:INFONCE",
+        "sgopt": "viewmill.train.objectives:SGOPT_OBJECTIVE",
+        "isbert": "viewmill.train.objectives:ISBERT_OBJECTIVE",
+    },
+    check=_objective_entry,
+)

@@ -51,17 +51,25 @@ def score(embed: Callable[[list[str]], np.ndarray], task: StsTask | TransferTask
 
 def markdown_table(results: list[dict], tasks: list[str]) -> str:
     """Models as rows, tasks as columns and an Avg. column (the papers' layout); each cell
-    is a task's headline figure (STS: all subsets concatenated; transfer: accuracy)."""
+    is a task's headline figure (STS: all subsets concatenated, or one STS 2017 track;
+    transfer: accuracy)."""
     by_model: dict[str, dict[str, float]] = {}
     for row in results:
         by_model.setdefault(row["model"], {})[row["task"]] = row["value"]
     lines = ["| model | " + " | ".join(tasks) + " | Avg. |", "|---" * (len(tasks) + 2) + "|"]
     for model, values in by_model.items():
         cells = [values.get(task) for task in tasks]
-        present = [v for v in cells if v is not None]
+        # NaN: a task skipped with its reason (e.g. an STS 2017 track whose files do not line up).
+        present = [v for v in cells if v is not None and not np.isnan(v)]
         avg = f"{np.mean(present):.2f}" if len(present) == len(tasks) else "n/a"
-        lines.append(f"| {model} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in cells) + f" | {avg} |")
+        lines.append(f"| {model} | " + " | ".join(_cell(v) for v in cells) + f" | {avg} |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "skipped" if np.isnan(value) else f"{value:.2f}"
 
 
 def bar_chart(results: list[dict], tasks: list[str], path: Path) -> Path:

@@ -132,16 +132,83 @@ def test_sts_format_errors_name_the_file(tmp_path):
         load_sts_subsets(tmp_path / "nowhere")
 
 
-def test_sts17_reads_gold_from_its_own_folder(tmp_path):
+def test_sts17_reads_one_track_with_gold_from_its_own_folder(tmp_path):
     from viewmill.train.evaluate import StsTask, load_task
 
     inputs = tmp_path / "STS2017.eval.v1.1"
-    _sts_year(inputs, {"track5.en-en": (PAIRS[:3], ["1", "2", "3"])})
+    _sts_year(inputs, {"track5.en-en": (PAIRS[:3], ["1", "2", "3"]), "track3.es-es": (PAIRS[3:5], ["4", "0"])})
     gold = tmp_path / "STS2017.gs"
     gold.mkdir()
-    (inputs / "STS.gs.track5.en-en.txt").rename(gold / "STS.gs.track5.en-en.txt")
-    data = load_task(StsTask(name="sts17", format="sts17", path=inputs, gold_path=gold))
-    assert list(data) == ["track5.en-en"] and data["track5.en-en"].gold.tolist() == [1, 2, 3]
+    for name in ("track5.en-en", "track3.es-es"):
+        (inputs / f"STS.gs.{name}.txt").rename(gold / f"STS.gs.{name}.txt")
+    data = load_task(StsTask(name="STS17 en-en", format="sts17", path=inputs, gold_path=gold, track="en-en"))
+    assert list(data) == ["all"] and data["all"].gold.tolist() == [1, 2, 3] and data["all"].skipped is None
+    assert data["all"].convention == "3 scored pairs of STS 2017 track5.en-en"
+    es = load_task(StsTask(name="STS17 es-es", format="sts17", path=inputs, gold_path=gold, track="es-es"))["all"]
+    assert es.s1 == [PAIRS[3][0], PAIRS[4][0]] and es.gold.tolist() == [4, 0]
+
+
+def test_sts17_is_scored_per_track_never_as_a_concatenation(tmp_path):
+    from pydantic import ValidationError
+    from viewmill.train.evaluate import StsTask
+
+    with pytest.raises(ValidationError, match="sts17 is scored per track: set track to one of ar-ar, ar-en"):
+        StsTask(name="STS17", format="sts17", path=tmp_path)
+    with pytest.raises(ValidationError, match="sts17 is scored per track"):
+        StsTask(name="STS17", format="sts17", path=tmp_path, track="all")
+    with pytest.raises(ValidationError, match="apply to format sts17 only"):
+        StsTask(name="x", format="stsb", path=tmp_path, track="en-en")
+
+
+def test_sts17_tr_en_with_twice_the_input_lines_is_skipped_not_fatal(tmp_path, tiny_model):
+    """The official track 6 input has 500 lines for 250 gold scores: by default the track is
+    skipped with the reason (value NaN, n 0); first-lines alignment scores the first lines."""
+    from viewmill.train.evaluate import StsTask, load_task, score_task
+    from viewmill.train.suite import markdown_table
+
+    inputs = tmp_path / "STS2017.eval.v1.1"
+    _sts_year(inputs, {"track6.tr-en": (PAIRS, ["5", "1", "3"])})  # 6 input lines, 3 gold scores
+    strict = StsTask(name="STS17 tr-en", format="sts17", path=inputs, track="tr-en")
+    embed = Embedder(load_sentence_model(str(tiny_model)))
+    (row,) = score_task(embed, strict)
+    assert row["subset"] == "all" and np.isnan(row["value"]) and row["n"] == 0
+    assert row["convention"] == (
+        "skipped: STS.input.track6.tr-en.txt has 6 lines but STS.gs.track6.tr-en.txt 3: track skipped "
+        "(gold_alignment: first-lines scores the first input lines, as SentEval does)"
+    )
+    table = markdown_table([{"model": "m", "task": "STS17 tr-en", "value": row["value"]},
+                            {"model": "m", "task": "STS-B", "value": 80.0}], ["STS17 tr-en", "STS-B"])  # fmt: skip
+    assert table.splitlines()[2] == "| m | skipped | 80.00 | n/a |"
+    aligned = strict.model_copy(update={"gold_alignment": "first-lines"})
+    data = load_task(aligned)["all"]
+    assert data.s1 == [a for a, _ in PAIRS[:3]] and data.gold.tolist() == [5, 1, 3]
+    assert data.convention == (
+        "3 scored pairs of STS 2017 track6.tr-en (first 3 input lines, gold_alignment first-lines)"
+    )
+    (scored,) = score_task(embed, aligned)
+    assert scored["n"] == 3 and scored["value"] == pytest.approx(spearman_x100(embed, data))
+
+
+def test_spearman_matches_sentence_transformers_evaluator_on_the_tiny_model(tmp_path, tiny_model):
+    from viewmill.train.evaluate import model_spearman_x100
+
+    data = load_stsb(write_sts_fixture(tmp_path / "sts.csv"))
+    model = load_sentence_model(str(tiny_model))
+    ours, theirs = spearman_x100(Embedder(model), data), model_spearman_x100(model, data)
+    assert abs(ours / 100 - theirs / 100) < 1e-6
+    assert -100 <= ours <= 100 and len(data.gold) == 6
+
+
+@pytest.mark.slow
+def test_spearman_matches_sentence_transformers_evaluator_on_minilm_and_stsb():
+    """Parity on real figures: all-MiniLM-L6-v2 on the vendored STS-B test (1,379 pairs)."""
+    from viewmill.train.evaluate import model_spearman_x100
+
+    data = load_stsb(REPO / "recipes" / "data" / "stsbenchmark" / "sts-test.csv")
+    model = load_sentence_model(resolve_encoder("embedded:all-MiniLM-L6-v2"))
+    ours, theirs = spearman_x100(Embedder(model), data), model_spearman_x100(model, data)
+    assert abs(ours / 100 - theirs / 100) < 1e-6
+    assert ours == pytest.approx(82.03, abs=0.1)
 
 
 def test_cross_lingual_stsb_pairs_english_with_the_other_language(tmp_path):
