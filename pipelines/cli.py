@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from viewmill.augment.engines import EngineError
 from viewmill.augment.ingest import CorpusError
+from viewmill.pipelines import lake_cli
 from viewmill.pipelines.output import OutputError, OutputFormat, print_table, write_file, write_stdout
 from viewmill.pipelines.prefect_cli import deploy, server_app
 from viewmill.pipelines.prefect_env import PrefectServerError
@@ -409,18 +410,8 @@ def export(
     err_console.print(f"wrote {n} pairs of {snapshot} to {out}", highlight=False)  # status, not a result
 
 
-@lake_app.command("compact")
-def compact(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
-    """Merge small Parquet files (many chunked commits) into larger ones."""
-    _use_catalog(catalog)
-    try:
-        with Lake(StatePaths.resolve(state_dir).lake) as lake:
-            before = lake.scalar("SELECT count(*) FROM ducklake_list_files('lake', 'views')")
-            lake.compact()
-            after = lake.scalar("SELECT count(*) FROM ducklake_list_files('lake', 'views')")
-    except USER_ERRORS as exc:
-        _fail(exc)
-    console.print(f"views: {before} -> {after} data files")
+# init, compact, verify, repair: making, tidying, checking and mending a lake
+lake_cli.register(lake_app)
 
 
 if __name__ == "__main__":

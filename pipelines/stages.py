@@ -23,9 +23,9 @@ from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.recipe import Recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import canonical_json, dir_fingerprint, file_hash, fingerprint
-from viewmill.storage.lake import Lake
+from viewmill.storage.lake import Lake, check_not_orphaned
 from viewmill.storage.schema import EVALS, MODELS, RUNS
-from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, snapshot_info
+from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, record_corpus_version, snapshot_info
 from viewmill.train import distributed, suite
 from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 from viewmill.train.evaluate import Embedder, StsTask, concatenated, load_task, model_spearman_x100
@@ -78,6 +78,7 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
     evaluation files and the encoder. Nothing here touches the lake.
     """
     recipe = ctx.recipe
+    check_not_orphaned(ctx.state.lake)  # a data folder without its catalog is never replaced by a new lake
     stats = ctx.corpus().stats
     for spec in recipe.augmenters:
         make_producer(spec).close()  # engines, language directions, WordNet
@@ -92,8 +93,11 @@ def ingest_stage(ctx: RunContext) -> dict[str, Any]:
     with ctx.lake() as lake, lake.transaction():
         new = lake.append("sentences", corpus.sentences, unique_on=("corpus", "sentence_id"))
         new_links = lake.append("nli_pairs", corpus.nli_pairs, unique_on=("corpus", "pair_id"))
+        ids = corpus.sentences["sentence_id"].to_pylist()
+        version = record_corpus_version(lake, ctx.recipe.corpus_name, ids, ctx.run_id)
     return {
         "corpus": ctx.recipe.corpus_name,
+        "corpus_version": version,
         "sentences": corpus.sentences.num_rows,
         "new_sentences": new,
         "new_nli_pairs": new_links,
@@ -175,6 +179,32 @@ def shard_jobs(ctx: RunContext, plan: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def shards_missing_views(lake_root: str, jobs: list[dict[str, Any]]) -> list[bool]:
+    """For each shard job, whether the lake lacks a view of its configuration for any of the
+    shard's sentences. A cached shard result is only as good as the views it wrote: after
+    rows were deleted or an older catalog was restored, the shard must run again."""
+    if not jobs:
+        return []
+    keys = pa.Table.from_pylist(
+        [{"job": i, "corpus": job["corpus"], "config_hash": job["config_hash"], "shard_index": job["shard"]["index"],
+          "shard_count": job["shard"]["count"]} for i, job in enumerate(jobs)]
+    )  # fmt: skip
+    with Lake(lake_root, read_only=True) as lake, lake.with_keys("_jobs", keys):
+        rows = lake.con.execute(
+            """
+            SELECT j.job, count(*) FILTER (WHERE v.view_id IS NULL) AS missing
+            FROM _jobs j
+            JOIN sentences s ON s.corpus = j.corpus
+                 AND ('0x' || substr(s.sentence_id, 1, 8))::UBIGINT % j.shard_count = j.shard_index
+            LEFT JOIN (SELECT DISTINCT sentence_id, config_hash, view_id FROM views) v
+                 ON v.sentence_id = s.sentence_id AND v.config_hash = j.config_hash
+            GROUP BY j.job
+            """
+        ).fetchall()
+    missing = {int(job): int(n) for job, n in rows}
+    return [missing.get(i, 0) > 0 for i in range(len(jobs))]
+
+
 def run_shards_here(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [augment_shard(**job) for job in jobs]
 
@@ -188,12 +218,13 @@ def augment_finish(ctx: RunContext, augmenter: str, shard_reports: list[dict[str
         return summarise(lake, ctx.recipe.corpus_name, reports).as_dict()
 
 
-def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str]) -> dict[str, Any]:
+def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str], corpus_version: str) -> dict[str, Any]:
     with ctx.lake() as lake:
         snap = create_pairs_snapshot(
             lake,
             recipe=ctx.recipe.name,
             corpus=ctx.recipe.corpus_name,
+            corpus_version=corpus_version,
             config_a=config_a,
             configs_b=configs_b,
             run_id=ctx.run_id,
@@ -403,7 +434,8 @@ def run_recipe(
             summary["augment"] = augmented
             pair = ctx.recipe.pair
             configs = {name: report["config_hash"] for name, report in augmented.items()}
-            snap = timed("pair", pair_stage, ctx, configs[pair.view_a], [configs[b] for b in pair.partners])
+            partners, version = [configs[b] for b in pair.partners], summary["ingest"]["corpus_version"]
+            snap = timed("pair", pair_stage, ctx, configs[pair.view_a], partners, version)
         else:
             snap = existing_snapshot(ctx, snapshot)
         summary["snapshot"] = snap

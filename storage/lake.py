@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,6 +67,40 @@ def extension_path(name: str) -> Path:
 
 def _sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
+
+
+def _recorded_data_path(message: str) -> str | None:
+    """The data path a catalog records, from DuckLake's "does not match" refusal."""
+    found = re.search(r'does not match existing data path in the catalog "([^"]*)"', message)
+    return found.group(1) if found else None
+
+
+def data_files(data_path: str) -> list[Path]:
+    """The Parquet files under a local data folder (none for s3:// or a missing folder)."""
+    if data_path.startswith("s3://") or not Path(data_path).is_dir():
+        return []
+    return sorted(Path(data_path).rglob("*.parquet"))
+
+
+def check_not_orphaned(root: Path | str, *, catalog: str | None = None, data_path: str | None = None) -> None:
+    """Refuse (LakeError) when `root` has lake data but no catalog; checked before a run starts."""
+    spec = Catalog.parse(catalog, Path(root))
+    if not spec.exists():
+        refuse_orphaned_data(spec, data_path or os.environ.get(DATA_PATH_ENV) or str(Path(root) / "data"))
+
+
+def refuse_orphaned_data(catalog: Catalog, data_path: str) -> None:
+    """A data folder without its catalog is a lake whose history would be orphaned by a new
+    catalog made beside it: refuse, naming both paths and the ways out."""
+    found = data_files(data_path)
+    if catalog.kind == "postgres" or not found:
+        return
+    raise LakeError(
+        f"the lake's catalog {catalog.target} is missing but its data folder {data_path} holds {len(found)} "
+        f"Parquet file(s): restore the catalog from a backup to {catalog.target} (see README, 'Backing up, moving "
+        "and checking a lake'), or start a new, empty lake with `viewmill lake init`, which moves the old data "
+        "aside to a dated folder"
+    )
 
 
 @dataclass(frozen=True)
@@ -171,7 +206,10 @@ class Lake:
         self.root = Path(root)
         self.read_only = read_only
         self.catalog = Catalog.parse(catalog, self.root)
-        self.data_path = data_path or os.environ.get(DATA_PATH_ENV) or str(self.root / "data")
+        self._explicit_data = data_path or os.environ.get(DATA_PATH_ENV)
+        self.data_path = self._explicit_data or str(self.root / "data")
+        if not self.catalog.exists():
+            refuse_orphaned_data(self.catalog, self.data_path)
         if read_only and not self.catalog.exists():
             raise LakeError(
                 f"no lake at {self.root}: run a recipe first (viewmill run recipes/demo.yaml) "
@@ -179,7 +217,7 @@ class Lake:
             )
         if not read_only:
             self.root.mkdir(parents=True, exist_ok=True)
-            if not self.data_path.startswith("s3://"):
+            if not self.data_path.startswith("s3://") and not self.catalog.exists():
                 Path(self.data_path).mkdir(parents=True, exist_ok=True)
         self._lock = WriterLock(self.catalog, self.root)
         self._lock_depth = 0
@@ -202,15 +240,14 @@ class Lake:
         if self.data_path.startswith("s3://"):
             self.con.execute(f"LOAD {_sql_literal(str(extension_path('httpfs')))}")
             self.con.execute(s3_secret_sql())
-        data = self.data_path.rstrip("/") + "/"
         # Small commits still become Parquet files, so the data stays plain Parquet.
-        options = ["READ_ONLY"] if self.read_only else [f"DATA_PATH {_sql_literal(data)}", "DATA_INLINING_ROW_LIMIT 0"]
+        options = ["READ_ONLY"] if self.read_only else ["DATA_INLINING_ROW_LIMIT 0"]
         if self.catalog.kind == "sqlite":
             # WAL: a reader never makes a writer's COMMIT fail with "database is locked"; the
             # busy timeout covers the catalog's own short locks (writers take turns anyway).
             options += ["META_BUSY_TIMEOUT 60000"] + ([] if self.read_only else ["META_JOURNAL_MODE 'WAL'"])
         try:
-            self.con.execute(f"ATTACH {_sql_literal(self.catalog.uri)} AS {CATALOG_NAME} ({', '.join(options)})")
+            self._attach_with_data_path(options)
         except (duckdb.IOException, duckdb.CatalogException, duckdb.InvalidInputException) as exc:
             if "lock" in str(exc).lower():
                 raise LakeError(
@@ -220,10 +257,38 @@ class Lake:
             raise LakeError(f"cannot open the lake catalog {self.catalog.uri}: {exc}") from exc
         self.con.execute(f"USE {CATALOG_NAME}")
 
+    def _attach_with_data_path(self, options: list[str]) -> None:
+        """Attach with this lake's own data folder. The catalog records the absolute path the
+        lake was made at; a lake that was moved, copied or restored elsewhere keeps its data
+        in `<root>/data`, so that folder overrides the recorded one and the copy reads and
+        writes only its own files."""
+        attach = f"ATTACH {_sql_literal(self.catalog.uri)} AS {CATALOG_NAME}"
+        data = self.data_path.rstrip("/") + "/"
+        try:
+            self.con.execute(f"{attach} ({', '.join([*options, f'DATA_PATH {_sql_literal(data)}'])})")
+            return
+        except duckdb.Error as exc:  # DuckLake raises a plain Error for a data path mismatch
+            recorded = _recorded_data_path(str(exc))
+            if recorded is None:
+                raise
+        if self._explicit_data:
+            raise LakeError(
+                f"the catalog {self.catalog.target} records its data at {recorded} but {DATA_PATH_ENV} (or "
+                f"--data-path) says {data}: point it at the lake's data, or unset it to use the recorded path"
+            )
+        own = Path(self.data_path)
+        if own.is_dir() and any(own.iterdir()):  # moved or copied: the data came along
+            override = [*options, f"DATA_PATH {_sql_literal(data)}", "OVERRIDE_DATA_PATH true"]
+            self.con.execute(f"{attach} ({', '.join(override)})")
+        else:  # made with its data elsewhere (another folder, s3://): use the recorded path
+            self.con.execute(f"{attach} ({', '.join(options)})")
+            self.data_path = recorded
+
     def _create_tables(self) -> None:
         existing = {row[0] for row in self.con.execute("SHOW TABLES").fetchall()}
         for name, schema in TABLES.items():
             if name in existing:
+                self._add_missing_columns(name, schema)
                 continue
             empty = pa.Table.from_pylist([], schema=schema)
             self.con.register("_empty", empty)
@@ -231,6 +296,20 @@ class Lake:
             self.con.unregister("_empty")
             if name in PARTITIONS:
                 self.con.execute(f"ALTER TABLE {name} SET PARTITIONED BY ({', '.join(PARTITIONS[name])})")
+
+    def _add_missing_columns(self, name: str, schema: pa.Schema) -> None:
+        """Columns added to a table's schema since an existing lake was made (empty there)."""
+        have = {row[0] for row in self.con.execute(f"DESCRIBE {name}").fetchall()}
+        missing = [field for field in schema if field.name not in have]
+        if not missing:
+            return
+        self.con.register("_empty", pa.Table.from_pylist([], schema=pa.schema(missing)))
+        try:
+            types = dict(self.con.execute("SELECT column_name, column_type FROM (DESCRIBE _empty)").fetchall())
+        finally:
+            self.con.unregister("_empty")
+        for field in missing:
+            self.con.execute(f"ALTER TABLE {name} ADD COLUMN {field.name} {types[field.name]}")
 
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:

@@ -124,8 +124,23 @@ SNAPSHOTS = pa.schema(
         ("lake_version", pa.int64()),
         ("run_id", pa.string()),
         ("created_at", TS),
+        ("corpus_version", pa.string()),  # the corpus membership it pairs (see CORPUS_MEMBERS)
     ]
 )
+
+# A corpus version is the exact set of sentence ids one ingest found: re-ingesting a corpus
+# that lost sentences makes a new version, and a snapshot pairs exactly its version's members.
+CORPUS_VERSIONS = pa.schema(
+    [
+        ("corpus", pa.string()),
+        ("corpus_version", pa.string()),
+        ("n_sentences", pa.int64()),
+        ("run_id", pa.string()),
+        ("created_at", TS),
+    ]
+)
+
+CORPUS_MEMBERS = pa.schema([("corpus", pa.string()), ("corpus_version", pa.string()), ("sentence_id", pa.string())])
 
 RUNS = pa.schema(
     [
@@ -174,6 +189,9 @@ EVALS = pa.schema(
     ]
 )
 
+# One row per key: a re-evaluation replaces the rows it recomputes.
+EVALS_KEY = ("model", "task", "subset", "metric")
+
 SWEEPS = pa.schema(
     [
         ("sweep", pa.string()),  # the recipe's name
@@ -198,6 +216,8 @@ TABLES: dict[str, pa.Schema] = {
     "views": VIEWS,
     "pairs": PAIRS,
     "snapshots": SNAPSHOTS,
+    "corpus_versions": CORPUS_VERSIONS,
+    "corpus_members": CORPUS_MEMBERS,
     "runs": RUNS,
     "models": MODELS,
     "evals": EVALS,

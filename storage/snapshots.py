@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
-from viewmill.storage.ids import fingerprint
+import xxhash
+from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.storage.lake import Lake, LakeError
-from viewmill.storage.schema import SNAPSHOTS
+from viewmill.storage.schema import CORPUS_VERSIONS, SNAPSHOTS
 
 
 @dataclass(frozen=True)
@@ -21,33 +22,58 @@ class Snapshot:
     created: bool  # False when an identical snapshot already existed
 
 
-def _candidate_pairs(lake: Lake, corpus: str, config_a: str, configs_b: list[str]) -> pa.Table:
+# What training reads of a pair (and its languages): the content hash covers exactly these.
+HASHED_COLUMNS = ("pair_id", "sentence_id", "text_a", "text_b", "lang_a", "lang_b")
+
+
+def pairs_content_hash(recipe: str, pairs: pa.Table) -> str:
+    """Hash of the recipe and every pair's ids, texts and languages, in pair_id order: two
+    snapshots with the same hash hand training the same bytes."""
+    digest = xxhash.xxh3_128(canonical_json(recipe).encode("utf-8"))
+    ordered = pairs.select(list(HASHED_COLUMNS)).sort_by("pair_id")
+    for batch in ordered.to_batches(max_chunksize=65536):
+        for row in zip(*(column.to_pylist() for column in batch.columns), strict=True):
+            digest.update(canonical_json(row).encode("utf-8"))
+            digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def legacy_content_hash(recipe: str, pairs: pa.Table) -> str:
+    """The hash snapshots made before texts were hashed carry (ids only, in pairing order)."""
+    ordered = pairs.sort_by([("sentence_id", "ascending"), ("view_b_id", "ascending")])
+    return fingerprint(recipe, ordered["pair_id"].to_pylist())
+
+
+def _candidate_pairs(lake: Lake, corpus_version: str, config_a: str, configs_b: list[str]) -> pa.Table:
     with lake.with_keys("_partners", pa.table({"config_hash": configs_b})):
         return lake.arrow(
             """
             SELECT a.sentence_id, a.view_id AS view_a_id, b.view_id AS view_b_id,
                    a.text AS text_a, b.text AS text_b, a.lang AS lang_a, b.lang AS lang_b
-            FROM sentences s
+            FROM corpus_members s
             JOIN views a ON a.sentence_id = s.sentence_id AND a.config_hash = ? AND a.status = 'kept'
             JOIN views b ON b.sentence_id = s.sentence_id AND b.status = 'kept'
                         AND b.config_hash IN (SELECT config_hash FROM _partners)
-            WHERE s.corpus = ?
+            WHERE s.corpus_version = ?
             ORDER BY a.sentence_id, b.view_id
             """,
-            [config_a, corpus],
+            [config_a, corpus_version],
         )
 
 
 def create_pairs_snapshot(
-    lake: Lake, *, recipe: str, corpus: str, config_a: str, configs_b: list[str], run_id: str
+    lake: Lake, *, recipe: str, corpus: str, corpus_version: str, config_a: str, configs_b: list[str], run_id: str
 ) -> Snapshot:
-    """Pair augmenter a's kept view of every corpus sentence with each kept view of the
+    """Pair augmenter a's kept view of every sentence of this corpus version (exactly the
+    sentences the corpus holds now, see `record_corpus_version`) with each kept view of the
     augmenters in `configs_b`, as a named snapshot.
 
-    The name is derived from the content, so the same pairs always give the same snapshot
-    and an existing snapshot is never rewritten.
+    The name is derived from the content (ids and texts), so the same pairs always give the
+    same snapshot and an existing snapshot is never rewritten.
     """
-    pairs = _candidate_pairs(lake, corpus, config_a, configs_b)
+    if not lake.scalar("SELECT count(*) FROM corpus_versions WHERE corpus_version = ?", [corpus_version]):
+        raise LakeError(f"corpus version {corpus_version[:12]} of '{corpus}' is not in the lake: ingest it first")
+    pairs = _candidate_pairs(lake, corpus_version, config_a, configs_b)
     if pairs.num_rows == 0:
         raise LakeError(
             f"no sentence of corpus '{corpus}' has kept views from both augmenters: "
@@ -63,15 +89,15 @@ def create_pairs_snapshot(
             strict=True,
         )
     ]
-    content_hash = fingerprint(recipe, pair_ids)
+    pairs = pairs.append_column("pair_id", pa.array(pair_ids, pa.string()))
+    content_hash = pairs_content_hash(recipe, pairs)
     name = f"{recipe}-{content_hash[:12]}"
     existing = lake.arrow("SELECT n_pairs, lake_version FROM snapshots WHERE snapshot = ?", [name])
     if existing.num_rows:
         return Snapshot(name, existing["n_pairs"][0].as_py(), content_hash, existing["lake_version"][0].as_py(), False)
     n = pairs.num_rows
     rows = (
-        pairs.append_column("pair_id", pa.array(pair_ids))
-        .append_column("recipe", pa.array([recipe] * n))
+        pairs.append_column("recipe", pa.array([recipe] * n))
         .append_column("snapshot", pa.array([name] * n))
     )
     with lake.transaction():
@@ -89,12 +115,30 @@ def create_pairs_snapshot(
                         "lake_version": lake.version() + 1,
                         "run_id": run_id,
                         "created_at": datetime.now(UTC),
+                        "corpus_version": corpus_version,
                     }
                 ],
                 schema=SNAPSHOTS,
             ),
         )
     return Snapshot(name, n, content_hash, lake.version(), True)
+
+
+def record_corpus_version(lake: Lake, corpus: str, sentence_ids: list[str], run_id: str) -> str:
+    """Record which sentences the corpus holds after this ingest; returns the version (a hash of
+    the sorted ids). Sentences stay in `sentences` when a corpus shrinks, but a version lists
+    only the current ones, so pairing a version never pairs a sentence the corpus lost."""
+    ids = sorted(set(sentence_ids))
+    version = fingerprint(corpus, ids)
+    n = len(ids)
+    with lake.transaction():
+        members = pa.table({"corpus": [corpus] * n, "corpus_version": [version] * n, "sentence_id": ids})
+        lake.append("corpus_members", members, unique_on=("corpus_version", "sentence_id"))
+        row = {"corpus": corpus, "corpus_version": version, "n_sentences": n, "run_id": run_id,
+               "created_at": datetime.now(UTC)}  # fmt: skip
+        version_row = pa.Table.from_pylist([row], schema=CORPUS_VERSIONS)
+        lake.append("corpus_versions", version_row, unique_on=("corpus_version",))
+    return version
 
 
 def _require_snapshot(lake: Lake, snapshot: str) -> None:

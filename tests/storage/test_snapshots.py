@@ -2,10 +2,10 @@ import pyarrow as pa
 import pytest
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.schema import SENTENCES, VIEWS
-from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs
+from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, record_corpus_version
 
 
-def _seed(lake: Lake, statuses_b: list[str]) -> None:
+def _seed(lake: Lake, statuses_b: list[str]) -> str:
     sentences, views = [], []
     for i, status_b in enumerate(statuses_b):
         sid = f"s{i}"
@@ -34,14 +34,21 @@ def _seed(lake: Lake, statuses_b: list[str]) -> None:
         )
     lake.append("sentences", pa.Table.from_pylist(sentences, schema=SENTENCES))
     lake.append("views", pa.Table.from_pylist(views, schema=VIEWS))
+    return record_corpus_version(lake, "c", [row["sentence_id"] for row in sentences], run_id="seed")
+
+
+def _snapshot(lake: Lake, version: str, run_id: str):
+    return create_pairs_snapshot(
+        lake, recipe="r", corpus="c", corpus_version=version, config_a="ha", configs_b=["hb"], run_id=run_id
+    )
 
 
 def test_snapshot_pairs_kept_views_and_is_content_addressed(tmp_path):
     with Lake(tmp_path / "lake") as lake:
-        _seed(lake, ["kept", "rejected", "kept"])
-        snap = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="run1")
+        version = _seed(lake, ["kept", "rejected", "kept"])
+        snap = _snapshot(lake, version, "run1")
         assert snap.created and snap.n_pairs == 2
-        again = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="run2")
+        again = _snapshot(lake, version, "run2")
         assert not again.created and again.name == snap.name
         pairs = read_pairs(lake, snap.name)
         assert sorted(pairs["sentence_id"].to_pylist()) == ["s0", "s2"]
@@ -52,10 +59,10 @@ def test_snapshot_pairs_kept_views_and_is_content_addressed(tmp_path):
 
 def test_new_pairs_make_a_new_snapshot_and_leave_the_old_one_unchanged(tmp_path):
     with Lake(tmp_path / "lake") as lake:
-        _seed(lake, ["kept", "rejected"])
-        first = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="1")
+        version = _seed(lake, ["kept", "rejected"])
+        first = _snapshot(lake, version, "1")
         lake.con.execute("UPDATE views SET status = 'kept'")  # e.g. relaxed filters
-        second = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="2")
+        second = _snapshot(lake, version, "2")
         assert second.name != first.name
         assert read_pairs(lake, first.name).num_rows == 1
         assert read_pairs(lake, second.name).num_rows == 2
@@ -63,11 +70,11 @@ def test_new_pairs_make_a_new_snapshot_and_leave_the_old_one_unchanged(tmp_path)
 
 def test_unknown_snapshot_and_empty_pairing_give_clear_errors(tmp_path):
     with Lake(tmp_path / "lake") as lake:
-        _seed(lake, ["rejected"])
+        version = _seed(lake, ["rejected"])
         with pytest.raises(LakeError, match="no pairs snapshot named 'nope'"):
             read_pairs(lake, "nope")
         with pytest.raises(LakeError, match="check the filters"):
-            create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="1")
+            _snapshot(lake, version, "1")
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
@@ -76,8 +83,8 @@ def test_export_writes_every_pair_of_a_snapshot(tmp_path, suffix):
     from viewmill.storage.snapshots import export_snapshot
 
     with Lake(tmp_path / "lake") as lake:
-        _seed(lake, ["kept", "kept", "rejected", "kept"])
-        snap = create_pairs_snapshot(lake, recipe="r", corpus="c", config_a="ha", configs_b=["hb"], run_id="r1")
+        version = _seed(lake, ["kept", "kept", "rejected", "kept"])
+        snap = _snapshot(lake, version, "r1")
         out = tmp_path / "export" / f"pairs{suffix}"
         assert export_snapshot(lake, snap.name, out) == 3
         expected = read_pairs(lake, snap.name)

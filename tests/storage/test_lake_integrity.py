@@ -1,0 +1,212 @@
+"""The lake is the truth: copies, lost catalogs, compaction, snapshot hashes, corpus versions,
+verify and repair, on real DuckLake lakes (SQLite catalog, Parquet files)."""
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pytest
+from viewmill.storage.integrity import repair_lake, verify_lake
+from viewmill.storage.lake import Lake, LakeError
+from viewmill.storage.maintenance import compact_lake, init_lake
+from viewmill.storage.schema import EVALS, SENTENCES, VIEWS
+from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, record_corpus_version
+
+TABLES = ("sentences", "views", "pairs", "snapshots", "corpus_members")
+
+
+def _seed(lake: Lake, n: int = 6, chunks: int = 3) -> str:
+    """n sentences with a kept view from augmenters A and B each, committed in `chunks` commits
+    (so views has several files); returns the corpus version."""
+    ids = [f"s{i}" for i in range(n)]
+    for part in range(chunks):
+        mine = ids[part::chunks]
+        sentences = [{"corpus": "c", "sentence_id": s, "text": f"text {s}", "lang": "en"} for s in mine]
+        views = [
+            {"view_id": f"{aug}-{s}", "sentence_id": s, "augmenter": aug, "config_hash": f"h{aug}",
+             "text": f"view {aug} of {s}", "lang": "en", "status": "kept"}
+            for s in mine for aug in ("A", "B")
+        ]  # fmt: skip
+        with lake.transaction():
+            lake.append("sentences", pa.Table.from_pylist(sentences, schema=SENTENCES))
+            lake.append("views", pa.Table.from_pylist(views, schema=VIEWS))
+    return record_corpus_version(lake, "c", ids, run_id="seed")
+
+
+def _snapshot(lake: Lake, version: str):
+    return create_pairs_snapshot(
+        lake, recipe="r", corpus="c", corpus_version=version, config_a="hA", configs_b=["hB"], run_id="run"
+    )
+
+
+def _counts(lake: Lake) -> dict[str, int]:
+    return {table: lake.scalar(f"SELECT count(*) FROM {table}") for table in TABLES}
+
+
+def _hashes(lake: Lake) -> list[tuple]:
+    return lake.con.execute("SELECT snapshot, content_hash, n_pairs FROM snapshots ORDER BY snapshot").fetchall()
+
+
+@pytest.fixture
+def seeded(tmp_path) -> Path:
+    root = tmp_path / "state" / "lake"
+    with Lake(root) as lake:
+        _snapshot(lake, _seed(lake))
+    return root
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in (root / "data").rglob("*.parquet"))
+
+
+def test_a_copied_or_moved_lake_reads_and_writes_only_its_own_files(seeded, tmp_path):
+    with Lake(seeded, read_only=True) as lake:
+        counts, hashes = _counts(lake), _hashes(lake)
+    original_files = _files(seeded)
+    copy = tmp_path / "copy" / "lake"
+    shutil.copytree(seeded, copy)
+    with Lake(copy) as lake:
+        assert _counts(lake) == counts and _hashes(lake) == hashes
+        assert lake.data_path == str(copy / "data")
+        lake.append("evals", pa.Table.from_pylist([{"model": "m", "task": "t", "value": 1.0}], schema=EVALS))
+        listed = lake.arrow("SELECT data_file FROM ducklake_list_files('lake', 'evals')")["data_file"].to_pylist()
+        assert len(listed) == 1 and listed[0].startswith(str(copy / "data"))
+        assert lake.scalar("SELECT count(*) FROM views WHERE text = 'view A of s0'") == 1
+    assert _files(seeded) == original_files, "the original's folder is untouched"
+    with Lake(seeded, read_only=True) as lake:
+        assert _counts(lake) == counts and lake.scalar("SELECT count(*) FROM evals") == 0
+    moved = tmp_path / "moved" / "lake"
+    shutil.move(str(seeded), moved)  # the original path is gone: reads must not need it
+    with Lake(moved, read_only=True) as lake:
+        assert _counts(lake) == counts and _hashes(lake) == hashes
+        assert lake.arrow("SELECT text FROM views ORDER BY view_id")["text"][0].as_py() == "view A of s0"
+
+
+def test_a_lost_catalog_is_refused_naming_both_paths_and_init_moves_the_data_aside(seeded):
+    files = _files(seeded)
+    for catalog in seeded.glob("catalog.sqlite*"):
+        catalog.unlink()
+    with pytest.raises(LakeError) as refused:
+        Lake(seeded)
+    message = str(refused.value)
+    assert f"catalog {seeded / 'catalog.sqlite'} is missing" in message
+    assert f"data folder {seeded / 'data'} holds {len(files)} Parquet file(s)" in message
+    assert "restore the catalog from a backup" in message and "viewmill lake init" in message
+    assert not (seeded / "catalog.sqlite").exists() and _files(seeded) == files, "nothing created, nothing lost"
+
+    moved = init_lake(seeded)
+    assert moved is not None and moved.name.startswith("data.orphaned-")
+    assert sorted(str(p.relative_to(moved)) for p in moved.rglob("*.parquet")) == [f[len("data/"):] for f in files]
+    with Lake(seeded, read_only=True) as lake:
+        assert _counts(lake) == dict.fromkeys(TABLES, 0)
+    with pytest.raises(LakeError, match="already a lake"):
+        init_lake(seeded)
+
+
+def test_compaction_leaves_each_current_row_once_in_the_raw_parquet_and_keeps_pinned_versions(seeded):
+    with Lake(seeded) as lake:
+        lake.compact()  # what every augment stage does: the merged-away files stay behind
+        catalog_views = lake.scalar("SELECT count(*) FROM views")
+        raw = f"read_parquet('{seeded}/data/main/views/**/*.parquet', hive_partitioning = false)"
+        assert duckdb.sql(f"SELECT count(*) FROM {raw}").fetchone()[0] > catalog_views
+        pinned = lake.scalar("SELECT lake_version FROM snapshots")
+        counts, hashes = _counts(lake), _hashes(lake)
+        report = compact_lake(lake, keep_days=0)
+        assert report.pinned == [pinned] and pinned not in report.expired_snapshots
+        assert report.deleted_files > 0 and report.files_after < report.files_before
+        assert _counts(lake) == counts and _hashes(lake) == hashes
+        assert lake.scalar(f"SELECT count(*) FROM views AT (VERSION => {pinned})") == catalog_views
+        assert verify_lake(lake).problems == []
+    assert duckdb.sql(f"SELECT count(*) FROM {raw}").fetchone()[0] == catalog_views == 12
+    files = str(seeded / "data" / "main" / "views" / "**" / "*.parquet")
+    assert pl.scan_parquet(files, hive_partitioning=False).select(pl.len()).collect().item() == catalog_views
+
+
+def test_the_content_hash_covers_the_texts_training_reads(seeded):
+    with Lake(seeded) as lake:
+        version = lake.scalar("SELECT corpus_version FROM corpus_versions")
+        first = _snapshot(lake, version)
+        assert not first.created
+        lake.con.execute("UPDATE views SET text = 'a different text' WHERE view_id = 'B-s0'")
+        second = _snapshot(lake, version)
+        assert second.created and second.name != first.name and second.content_hash != first.content_hash
+        pairs = read_pairs(lake, second.name).to_pydict()
+        texts = dict(zip(pairs["sentence_id"], pairs["text_b"], strict=True))
+        assert texts["s0"] == "a different text" and texts["s1"] == "view B of s1"
+        assert read_pairs(lake, first.name).num_rows == second.n_pairs == 6
+
+
+def test_a_shrunk_corpus_is_paired_without_the_sentences_it_lost(seeded):
+    with Lake(seeded) as lake:
+        full = lake.arrow("SELECT snapshot, corpus_version FROM snapshots").to_pylist()[0]
+        smaller = record_corpus_version(lake, "c", ["s0", "s2", "s4"], run_id="reingest")
+        assert smaller != full["corpus_version"]
+        snap = _snapshot(lake, smaller)
+        assert snap.created and snap.n_pairs == 3
+        assert sorted(read_pairs(lake, snap.name)["sentence_id"].to_pylist()) == ["s0", "s2", "s4"]
+        assert lake.scalar("SELECT corpus_version FROM snapshots WHERE snapshot = ?", [snap.name]) == smaller
+        assert lake.scalar("SELECT count(*) FROM sentences") == 6, "sentences are kept; versions say who is in"
+        assert read_pairs(lake, full["snapshot"]).num_rows == 6, "the older snapshot is unchanged"
+        with pytest.raises(LakeError, match="is not in the lake: ingest it first"):
+            _snapshot(lake, "0" * 32)
+
+
+def test_verify_finds_missing_resized_orphaned_files_and_changed_snapshots(seeded):
+    with Lake(seeded, read_only=True) as lake:
+        assert verify_lake(lake).problems == []
+        listed = lake.arrow("SELECT data_file FROM ducklake_list_files('lake', 'views')")
+        views = sorted(listed["data_file"].to_pylist())
+    Path(views[0]).unlink()
+    shutil.copy(views[1], Path(views[1]).with_name("ducklake-stray.parquet"))
+    with open(views[2], "ab") as handle:
+        handle.write(b"junk")
+    with Lake(seeded) as lake:
+        lake.con.execute("UPDATE pairs SET text_a = 'tampered' WHERE sentence_id = 's1'")
+    with Lake(seeded, read_only=True) as lake:
+        report = verify_lake(lake)
+    kinds = sorted((p.kind, Path(p.path).name if p.kind != "snapshot" else "snapshot") for p in report.errors)
+    assert kinds == sorted([
+        ("missing", Path(views[0]).name), ("orphan", "ducklake-stray.parquet"), ("size", Path(views[2]).name),
+        ("snapshot", "snapshot"),
+    ])  # fmt: skip
+    assert not report.ok
+
+
+def test_repair_keeps_intact_views_and_a_rerun_can_remake_the_rest(seeded, tmp_path):
+    with Lake(seeded) as lake:
+        counts = _counts(lake)
+        files = lake.arrow("SELECT data_file, data_file_size_bytes FROM ducklake_list_files('lake', 'views')")
+        lost = files["data_file"][0].as_py()
+        lost_rows = duckdb.sql(f"SELECT count(*) FROM read_parquet('{lost}')").fetchone()[0]
+    Path(lost).unlink()
+    with Lake(seeded) as lake:
+        report = repair_lake(lake, seeded.parent)
+        assert report.rebuilt == {"views": counts["views"] - lost_rows} and report.lost_files == [lost]
+        assert report.after is not None and report.after.ok
+        assert _counts(lake) == {**counts, "views": counts["views"] - lost_rows}
+        assert report.dropped_snapshots == [], "the pairs were intact, so the snapshot stays"
+
+
+def test_repair_after_an_old_catalog_was_restored_takes_back_the_newer_views(seeded, tmp_path):
+    backup = tmp_path / "catalog-backup.sqlite"
+    shutil.copy(seeded / "catalog.sqlite", backup)
+    with Lake(seeded) as lake:
+        before = _counts(lake)
+        extra = [{"view_id": "C-s0", "sentence_id": "s0", "augmenter": "C", "config_hash": "hC", "text": "c",
+                  "lang": "en", "status": "kept"}]  # fmt: skip
+        lake.append("views", pa.Table.from_pylist(extra, schema=VIEWS))
+    for wal in seeded.glob("catalog.sqlite-*"):
+        wal.unlink()
+    shutil.copy(backup, seeded / "catalog.sqlite")  # the restore: the catalog forgets view C-s0
+    with Lake(seeded) as lake:
+        assert _counts(lake) == before
+        assert [p.kind for p in verify_lake(lake).errors] == ["orphan"]
+        report = repair_lake(lake, seeded.parent)
+        assert report.recovered == {"views": 1} and report.after is not None and report.after.ok
+        assert lake.arrow("SELECT view_id, text FROM views WHERE augmenter = 'C'").to_pylist() == [
+            {"view_id": "C-s0", "text": "c"}
+        ]
+        assert _counts(lake) == {**before, "views": before["views"] + 1}
+    assert len(list(Path(report.moved_to).rglob("*.parquet"))) == 1, "the orphan is moved aside, not deleted"
