@@ -24,7 +24,7 @@ from viewmill.train.bsl import BSL
 from viewmill.train.checkpoints import Checkpoints, RunState
 from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import load_sentence_model
-from viewmill.train.objectives import ISBERT, SGOPT, Contrastive
+from viewmill.train.objectives import ISBERT, OBJECTIVES, SGOPT, Contrastive
 
 MANIFEST = "viewmill.json"
 
@@ -106,6 +106,9 @@ def build_objective(config: TrainConfig, sentence_model) -> tuple[nn.Module, lis
     """
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
 
+    plugin = OBJECTIVES.get(config.objective).build
+    if plugin is not None:  # a registered plugin builds its own
+        return plugin(config, sentence_model)
     transformer = sentence_model[0]
     encoder = transformer.auto_model
     dim = sentence_model.get_embedding_dimension()
