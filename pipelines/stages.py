@@ -17,14 +17,16 @@ import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec, make_producer
 from viewmill.augment.cache import CacheStats
 from viewmill.augment.ingest import IngestResult, ingest
+from viewmill.augment.models import release_models
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.views import Shard, ShardReport, make_shard_views, summarise
+from viewmill.augment.views import Shard, ShardReport, config_hash, make_shard_views, summarise
 from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.recipe import Recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import canonical_json, dir_fingerprint, file_hash, fingerprint
 from viewmill.storage.lake import Lake, check_not_orphaned
 from viewmill.storage.schema import EVALS, MODELS, RUNS
+from viewmill.storage.settings import Settings
 from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, record_corpus_version, snapshot_info
 from viewmill.train import distributed, suite
 from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
@@ -44,11 +46,13 @@ def new_run_id() -> str:
 class RunContext:
     recipe: Recipe
     state: StatePaths
+    settings: Settings = field(default_factory=Settings)  # VIEWMILL_* read here when not given
     run_id: str = field(default_factory=lambda: new_run_id())
     _corpus: IngestResult | None = field(default=None, repr=False)
 
-    def lake(self) -> Lake:
-        return Lake(self.state.lake)
+    def lake(self, *, read_only: bool = False) -> Lake:
+        """The run's lake: read-only (no writer lock) for stages that only read."""
+        return self.settings.open_lake(self.state.lake, read_only=read_only)
 
     def corpus(self) -> IngestResult:
         """The recipe's corpus, read once per run (preflight and ingest share it)."""
@@ -109,12 +113,12 @@ def augment_plan(ctx: RunContext) -> dict[str, Any]:
     """What augmentation will do: each augmenter's configuration hash (spec, filters and the
     engines' identities) and the shards of the corpus. Shard tasks are keyed by these."""
     recipe = ctx.recipe
-    with ctx.lake() as lake:
+    with ctx.lake(read_only=True) as lake:
         configs = {}
         for spec in recipe.augmenters:
             producer = make_producer(spec, lake)
             try:
-                configs[spec.name] = fingerprint(spec.model_dump(), recipe.filters.model_dump(), producer.identity)
+                configs[spec.name] = config_hash(spec, recipe.filters, producer)
             finally:
                 producer.close()
         ids = lake.arrow(
@@ -141,12 +145,14 @@ def augment_shard(
     lake_epoch: str,
     run_id: str,
     chunk_sentences: int = 512,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """One shard of one augmenter: runs wherever its task is scheduled (another process or
     machine), so it takes plain values and opens the lake itself. `config_hash`,
     `corpus_state` and `lake_epoch` say what the result depends on: task caches key on them."""
     part = Shard(**shard)
-    with Lake(lake_root) as lake, progress_bar(f"augment {spec.name} shard {part.index + 1}/{part.count}") as advance:
+    label = f"augment {spec.name} shard {part.index + 1}/{part.count}"
+    with (settings or Settings()).open_lake(lake_root) as lake, progress_bar(label) as advance:
         report = make_shard_views(
             lake, corpus, spec, filters, run_id=run_id, shard=part, chunk_size=chunk_sentences, on_progress=advance
         )
@@ -173,6 +179,7 @@ def shard_jobs(ctx: RunContext, plan: dict[str, Any]) -> list[dict[str, Any]]:
             "lake_epoch": plan["lake_epoch"],
             "run_id": ctx.run_id,
             "chunk_sentences": recipe.execution.chunk_sentences,
+            "settings": ctx.settings,
         }
         for spec in recipe.augmenters
         for shard in plan["shards"]
@@ -212,8 +219,9 @@ def run_shards_here(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def augment_finish(ctx: RunContext, augmenter: str, shard_reports: list[dict[str, Any]]) -> dict[str, Any]:
     """An augmenter's totals over its shards; compaction when they wrote anything."""
     reports = [ShardReport(**{**r, "cache": CacheStats(**r["cache"])}) for r in shard_reports]
-    with ctx.lake() as lake:
-        if any(r.new_views for r in reports):
+    wrote = any(r.new_views for r in reports)
+    with ctx.lake(read_only=not wrote) as lake:
+        if wrote:
             lake.compact()  # chunked commits leave many small files
         return summarise(lake, ctx.recipe.corpus_name, reports).as_dict()
 
@@ -244,7 +252,7 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, 
     out_dir = ctx.state.models / f"{ctx.recipe.name}-{model_id[:12]}"
     if is_complete_model(out_dir):
         return {"model_id": model_id, "path": str(out_dir), "reused": True}
-    with ctx.lake() as lake:
+    with ctx.lake(read_only=True) as lake:
         table = read_pairs(lake, snapshot)
     card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id}
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
@@ -432,6 +440,7 @@ def run_recipe(
                 for a in ctx.recipe.augmenters
             }
             summary["augment"] = augmented
+            release_models()  # translation and MLM weights are done for this run
             pair = ctx.recipe.pair
             configs = {name: report["config_hash"] for name, report in augmented.items()}
             partners, version = [configs[b] for b in pair.partners], summary["ingest"]["corpus_version"]
@@ -458,7 +467,7 @@ def run_recipe(
 
 
 def existing_snapshot(ctx: RunContext, name: str) -> dict[str, Any]:
-    with ctx.lake() as lake:
+    with ctx.lake(read_only=True) as lake:
         return asdict(snapshot_info(lake, name))
 
 
