@@ -5,7 +5,7 @@ Import this only after `configure_prefect` has set Prefect's environment.
 
 from __future__ import annotations
 
-import os
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from viewmill.pipelines import artifacts, stages
 from viewmill.pipelines.deploy import ensure_gpu_limit  # noqa: F401 - `viewmill serve` and deployments use it
 from viewmill.pipelines.recipe import RecipeError, load_recipe
 from viewmill.pipelines.state import StatePaths
+from viewmill.storage.settings import Settings
 
 # Stages cache through the lake themselves (translations, views, models, evals), so
 # Prefect's own caching stays off for them and tasks never hash lake connections.
@@ -50,15 +51,15 @@ TASKS = {
 # A shard is the unit of retry and of scale-out: its task retries with exponential backoff,
 # and its result is cached across runs by what decides it (augmenter configuration, corpus
 # and lake identity, shard; not the run id) plus the task's source.
-SHARD_CACHE = (INPUTS - "run_id") + TASK_SOURCE
+SHARD_CACHE = (INPUTS - "run_id" - "settings") + TASK_SOURCE
 augment_shard_task = task(stages.augment_shard, name="augment-shard", cache_policy=SHARD_CACHE, persist_result=True)
 
 
 def result_storage(ctx: stages.RunContext) -> Path | WritableFileSystem:
-    """Where shard results persist: VIEWMILL_RESULTS (a folder every worker mounts, or a URL
-    such as s3://bucket/viewmill-results, kept as a `viewmill-results` block on the server),
-    else the state directory."""
-    where = os.environ.get(RESULTS_ENV) or str(ctx.state.root / "results")
+    """Where shard results persist: the settings' `results` (VIEWMILL_RESULTS: a folder every
+    worker mounts, or a URL such as s3://bucket/viewmill-results, kept as a `viewmill-results`
+    block on the server), else the state directory."""
+    where = ctx.settings.results or str(ctx.state.root / "results")
     if "://" not in where:
         return Path(where)
     block = RemoteFileSystem(basepath=where)
@@ -67,7 +68,8 @@ def result_storage(ctx: stages.RunContext) -> Path | WritableFileSystem:
 
 
 def submit_shards(ctx: stages.RunContext, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Submit every shard to the flow's task runner (threads, or a Dask cluster) and wait.
+    """Submit every shard to the Dask cluster the settings name, else to the flow's task
+    runner (one at a time in this process), and wait.
     A cached shard did no work in this run: it reports its views as reused."""
     execution = ctx.recipe.execution
     shard_task = augment_shard_task.with_options(
@@ -79,25 +81,32 @@ def submit_shards(ctx: stages.RunContext, jobs: list[dict[str, Any]]) -> list[di
     # A shard that holds a model on the accelerator takes the `gpu` slot like training does.
     on_gpu = [str(getattr(job["spec"], "device", "cpu")).startswith("cuda") for job in jobs]
     # A cached result is trusted only while the lake still holds the shard's views.
-    stale = stages.shards_missing_views(str(ctx.state.lake), jobs)
-    futures = [
-        shard_task.with_options(tags=["gpu"] if gpu else None, refresh_cache=missing).submit(**job)
-        for job, gpu, missing in zip(jobs, on_gpu, stale, strict=True)
+    stale = stages.shards_missing_views(str(ctx.state.lake), jobs, ctx.settings)
+    tasks = [
+        shard_task.with_options(tags=["gpu"] if gpu else None, refresh_cache=missing)
+        for gpu, missing in zip(on_gpu, stale, strict=True)
     ]
-    reports = []
-    for future in futures:
-        report = future.result()
-        if future.state.is_completed() and future.state.name == "Cached":
-            report = {**report, "reused_views": report["sentences"], "new_views": 0, "cache": {"hits": 0, "misses": 0}}
-        reports.append(report)
-    return reports
+    with contextlib.ExitStack() as stack:
+        # The run's settings choose where shards go, when the run starts (not at import).
+        runner = stack.enter_context(task_runner(ctx.settings.dask)) if ctx.settings.dask else None
+        futures = [
+            shard.submit(**job) if runner is None else runner.submit(shard, parameters=job)
+            for shard, job in zip(tasks, jobs, strict=True)
+        ]
+        return [_shard_report(future) for future in futures]  # read before a cluster closes
+
+
+def _shard_report(future: Any) -> dict[str, Any]:
+    report = future.result()
+    if future.state.is_completed() and future.state.name == "Cached":
+        report = {**report, "reused_views": report["sentences"], "new_views": 0, "cache": {"hits": 0, "misses": 0}}
+    return report
 
 
 def task_runner(address: str | None = None) -> TaskRunner:
-    """Where shard tasks run: a Dask cluster when `address` or VIEWMILL_DASK names one
-    (`tcp://scheduler:8786`, or `local:N` for a local cluster of N worker processes), else
-    one at a time in the flow's process (models on one box are not loaded twice)."""
-    address = address or os.environ.get(DASK_ENV)
+    """Where shard tasks run: a Dask cluster when `address` names one (`tcp://scheduler:8786`,
+    or `local:N` for a local cluster of N worker processes), else one at a time in the flow's
+    process (models on one box are not loaded twice)."""
     if not address:
         return ThreadPoolTaskRunner(max_workers=1)
     from prefect_dask import DaskTaskRunner
@@ -133,8 +142,12 @@ def run_as_tasks(ctx: stages.RunContext, flow_name: str, **options: Any) -> dict
     return summary
 
 
-def _run_as_tasks(flow_name: str, recipe_path: str, state_dir: str, overrides: list[str] | None, **options: Any):
-    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir))
+def _run_as_tasks(
+    flow_name: str, recipe_path: str, state_dir: str, overrides: list[str] | None, settings: Settings | None,
+    **options: Any,
+):
+    # A deployment's run passes no settings: its worker's VIEWMILL_* environment gives them.
+    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir), settings or Settings())
     return run_as_tasks(ctx, flow_name, **options)
 
 
@@ -145,7 +158,7 @@ def publish(ctx: stages.RunContext, summary: dict[str, Any]) -> None:
 
     key = ctx.recipe.name.lower().replace("_", "-").replace(".", "-")
     if "augment" in summary:
-        with ctx.lake() as lake:
+        with ctx.lake(read_only=True) as lake:
             counts = artifacts.view_counts(lake, ctx.recipe.corpus_name)
             sample = artifacts.round_trip_sample(lake, ctx.recipe.corpus_name)
         create_table_artifact(counts, key=f"{key}-views", description="views per augmenter, status and reason")
@@ -159,10 +172,14 @@ def publish(ctx: stages.RunContext, summary: dict[str, Any]) -> None:
 
 @flow(name="viewmill-recipe", task_runner=task_runner())
 def recipe_flow(
-    recipe_path: str, state_dir: str, preflight_done: bool = False, overrides: list[str] | None = None
+    recipe_path: str,
+    state_dir: str,
+    preflight_done: bool = False,
+    overrides: list[str] | None = None,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """Run a recipe end to end: preflight, ingest, augment, pair, train, evaluate."""
-    return _run_as_tasks("viewmill-recipe", recipe_path, state_dir, overrides, preflight_done=preflight_done)
+    return _run_as_tasks("viewmill-recipe", recipe_path, state_dir, overrides, settings, preflight_done=preflight_done)
 
 
 @flow(name="viewmill-train", task_runner=task_runner())
@@ -172,31 +189,37 @@ def train_flow(
     snapshot: str | None = None,
     preflight_done: bool = False,
     overrides: list[str] | None = None,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """Train a recipe's encoder: on an existing pairs snapshot, or on the pairs the recipe
     makes (ingest, augment and pair reuse what the lake already has). No evaluation."""
     return _run_as_tasks(
-        "viewmill-train", recipe_path, state_dir, overrides,
+        "viewmill-train", recipe_path, state_dir, overrides, settings,
         preflight_done=preflight_done, snapshot=snapshot, evaluate=False,
     )  # fmt: skip
 
 
 @flow(name="viewmill-augment", task_runner=task_runner())
-def augment_flow(recipe_path: str, state_dir: str, overrides: list[str] | None = None) -> dict[str, Any]:
+def augment_flow(
+    recipe_path: str, state_dir: str, overrides: list[str] | None = None, settings: Settings | None = None
+) -> dict[str, Any]:
     """Ingest, augment and pair (no training): the nightly job. A new pairs snapshot emits
     `viewmill.snapshot.created`, which the training deployment's trigger listens for."""
-    return _run_as_tasks("viewmill-augment", recipe_path, state_dir, overrides, train=False, evaluate=False)
+    return _run_as_tasks("viewmill-augment", recipe_path, state_dir, overrides, settings, train=False, evaluate=False)
 
 
 @flow(name="viewmill-sweep", task_runner=task_runner())
-def sweep_flow(recipe_path: str, state_dir: str, overrides: list[str] | None = None) -> dict[str, Any]:
+def sweep_flow(
+    recipe_path: str, state_dir: str, overrides: list[str] | None = None, settings: Settings | None = None
+) -> dict[str, Any]:
     """Every configuration of the recipe's sweep over the same pairs, each stage a task; ends
     with the comparison table (an artifact, and Markdown and PNG under the state's reports)."""
     from prefect.artifacts import create_markdown_artifact
     from viewmill.pipelines.sweep import run_sweep
 
     state = StatePaths.resolve(state_dir)
-    report = run_sweep(recipe_path, state, overrides, run=lambda ctx: run_as_tasks(ctx, "viewmill-sweep"))
+    run = lambda ctx: run_as_tasks(ctx, "viewmill-sweep")  # noqa: E731
+    report = run_sweep(recipe_path, state, overrides, run=run, settings=settings or Settings())
     key = report.sweep.lower().replace("_", "-").replace(".", "-")
     create_markdown_artifact(report.markdown, key=f"{key}-sweep", description=f"sweep {report.sweep_run}")
     return report.as_dict()

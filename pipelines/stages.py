@@ -186,7 +186,9 @@ def shard_jobs(ctx: RunContext, plan: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def shards_missing_views(lake_root: str, jobs: list[dict[str, Any]]) -> list[bool]:
+def shards_missing_views(
+    lake_root: str, jobs: list[dict[str, Any]], settings: Settings | None = None
+) -> list[bool]:
     """For each shard job, whether the lake lacks a view of its configuration for any of the
     shard's sentences. A cached shard result is only as good as the views it wrote: after
     rows were deleted or an older catalog was restored, the shard must run again."""
@@ -196,7 +198,7 @@ def shards_missing_views(lake_root: str, jobs: list[dict[str, Any]]) -> list[boo
         [{"job": i, "corpus": job["corpus"], "config_hash": job["config_hash"], "shard_index": job["shard"]["index"],
           "shard_count": job["shard"]["count"]} for i, job in enumerate(jobs)]
     )  # fmt: skip
-    with Lake(lake_root, read_only=True) as lake, lake.with_keys("_jobs", keys):
+    with (settings or Settings()).open_lake(lake_root, read_only=True) as lake, lake.with_keys("_jobs", keys):
         rows = lake.con.execute(
             """
             SELECT j.job, count(*) FILTER (WHERE v.view_id IS NULL) AS missing

@@ -16,8 +16,8 @@ from viewmill.pipelines import stages
 from viewmill.pipelines.recipe import RecipeError, SweepConfig, load_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import canonical_json
-from viewmill.storage.lake import Lake
 from viewmill.storage.schema import SWEEPS
+from viewmill.storage.settings import Settings
 from viewmill.train.suite import bar_chart
 
 START = "start"  # the untrained encoder's row
@@ -69,6 +69,7 @@ def run_sweep(
     *,
     run: Callable[[stages.RunContext], dict[str, Any]] | None = None,
     out: Path | None = None,
+    settings: Settings | None = None,
 ) -> SweepReport:
     """Run every configuration of the recipe's sweep (each a full recipe run: data already in
     the lake is reused, so configurations that keep the pairing share one pairs snapshot),
@@ -87,11 +88,11 @@ def run_sweep(
     configs = spec.expand()
     recipes = [load_recipe(recipe_path, overrides + config.overrides()) for config in configs]  # all valid first
     for config, recipe in zip(configs, recipes, strict=True):
-        summary = run(stages.RunContext(recipe, state))
+        summary = run(stages.RunContext(recipe, state, settings or Settings()))
         report.results.append(_result(config, summary, recipe.train.model_dump_json(exclude={"dev"})))
     best = max(report.results, key=lambda r: r.results[spec.select_on])  # the first of equals
     best.selected = True
-    _record(state, report)
+    _record(state, report, settings or Settings())
     report.markdown = comparison_table(report)
     folder = out or state.root / "reports"
     folder.mkdir(parents=True, exist_ok=True)
@@ -119,7 +120,7 @@ def _result(config: SweepConfig, summary: dict[str, Any], train_config: str) -> 
     )
 
 
-def _record(state: StatePaths, report: SweepReport) -> None:
+def _record(state: StatePaths, report: SweepReport, settings: Settings) -> None:
     now = datetime.now(UTC)
     rows = [
         {
@@ -138,7 +139,7 @@ def _record(state: StatePaths, report: SweepReport) -> None:
         }
         for r in report.results
     ]
-    with Lake(state.lake) as lake, lake.transaction():
+    with settings.open_lake(state.lake) as lake, lake.transaction():
         lake.append("sweeps", pa.Table.from_pylist(rows, schema=SWEEPS))
 
 
