@@ -19,6 +19,7 @@ from viewmill.pipelines.prefect_env import PrefectServerError
 from viewmill.pipelines.recipe import RecipeError, load_recipe, load_suite
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import CATALOG_ENV, Lake, LakeError
+from viewmill.storage.settings import Settings
 from viewmill.train.encoder import EncoderError
 from viewmill.train.evaluate import EvalDataError
 
@@ -107,15 +108,13 @@ CatalogOption = Annotated[
 ]
 
 
-def _use_catalog(catalog: str | None) -> None:
-    # Every Lake opened by this process (stages, Prefect tasks) reads the same setting.
-    if catalog:
-        os.environ[CATALOG_ENV] = catalog
+def _settings(catalog: str | None = None, dask: str | None = None) -> Settings:
+    """VIEWMILL_* read once, flags winning; commands pass the result on explicitly."""
+    return Settings().with_overrides(catalog=catalog, dask=dask)
 
 
 def _open_lake(state_dir: Path | None, catalog: str | None) -> Lake:
-    _use_catalog(catalog)
-    return Lake(StatePaths.resolve(state_dir).lake, read_only=True)
+    return _settings(catalog).open_lake(StatePaths.resolve(state_dir).lake, read_only=True)
 
 
 def _fail(exc: Exception, code: int = EXIT_USAGE) -> None:
@@ -149,16 +148,15 @@ def _check_dask(dask: str | None, prefect: bool) -> None:
         raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
 
 
-def _flow(name: str, state: StatePaths, dask: str | None):
+def _flow(name: str, state: StatePaths):
     """One of viewmill's flows, with Prefect pointed at a server (the user's, checked first,
-    else the state directory's temporary one) and, with `dask`, its shards on that Dask cluster."""
+    else the state directory's temporary one). Where its shards run comes with its settings."""
     from viewmill.pipelines.prefect_env import connect_prefect
 
     err_console.print(connect_prefect(state), highlight=False)
     from viewmill.pipelines import flows
 
-    chosen = getattr(flows, name)
-    return chosen.with_options(task_runner=flows.task_runner(dask)) if dask else chosen
+    return getattr(flows, name)
 
 
 @app.command()
@@ -206,14 +204,14 @@ def _run(
     from viewmill.pipelines.report import render_summary
 
     hf_logging.disable_progress_bar()  # viewmill's own bars say what is happening
-    _use_catalog(catalog)
+    settings = _settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
     try:
         _check_dask(dask, prefect)
         parsed = load_recipe(recipe, overrides)
         if not evaluate and parsed.train is None:
             raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
-        ctx = stages.RunContext(parsed, state)
+        ctx = stages.RunContext(parsed, state, settings)
         if snapshot is None:
             stages.preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
         else:
@@ -222,12 +220,13 @@ def _run(
         _fail(exc)
     try:  # from here on a failure is a failed run (recorded in `runs`), not bad input
         if prefect and evaluate:
-            recipe_flow = _flow("recipe_flow", state, dask)
-            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [])
+            recipe_flow = _flow("recipe_flow", state)
+            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [],
+                                  settings=settings)  # fmt: skip
         elif prefect:
-            train_flow = _flow("train_flow", state, dask)
+            train_flow = _flow("train_flow", state)
             summary = train_flow(str(recipe), str(state.root), snapshot=snapshot, preflight_done=True,
-                                 overrides=overrides or [])  # fmt: skip
+                                 overrides=overrides or [], settings=settings)  # fmt: skip
         else:
             summary = stages.run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
     except PrefectServerError as exc:
@@ -255,24 +254,24 @@ def sweep(
     from viewmill.pipelines.sweep import run_sweep
 
     hf_logging.disable_progress_bar()
-    _use_catalog(catalog)
+    settings = _settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
     try:
         _check_dask(dask, prefect)
         parsed = load_recipe(recipe, overrides)
         if parsed.sweep is None:
             raise RecipeError(f"recipe {recipe} has no sweep section: add sweep.grid or sweep.configs")
-        stages.preflight(stages.RunContext(parsed, state))
+        stages.preflight(stages.RunContext(parsed, state, settings))
     except USER_ERRORS as exc:
         _fail(exc)
     try:  # from here on a failure is a failed run, not bad input
         if prefect:
-            sweep_flow = _flow("sweep_flow", state, dask)
-            result = sweep_flow(str(recipe), str(state.root), overrides=overrides or [])
+            sweep_flow = _flow("sweep_flow", state)
+            result = sweep_flow(str(recipe), str(state.root), overrides=overrides or [], settings=settings)
             markdown = Path(result["markdown_path"]).read_text(encoding="utf-8")
             paths = (result["markdown_path"], result["plot_path"])
         else:
-            report = run_sweep(recipe, state, overrides)
+            report = run_sweep(recipe, state, overrides, settings=settings)
             markdown, paths = report.markdown, (report.markdown_path, report.plot_path)
     except PrefectServerError as exc:
         _fail(exc)
@@ -298,10 +297,10 @@ def eval_models(
     """Evaluate models side by side: results go to the lake's evals, a Markdown table and a PNG plot."""
     from viewmill.pipelines.evaluation import evaluate_cli
 
-    _use_catalog(catalog)
     state = StatePaths.resolve(state_dir)
     try:
-        report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out)
+        report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out,
+                              settings=_settings(catalog))  # fmt: skip
     except USER_ERRORS as exc:
         _fail(exc)
     console.print(report.markdown, highlight=False, markup=False)
@@ -318,7 +317,8 @@ def serve(
     catalog: CatalogOption = None,
 ) -> None:
     """Serve this recipe's deployments from this machine (needs a Prefect server: PREFECT_API_URL or the profile's)."""
-    _use_catalog(catalog)
+    if catalog:  # the flow runs served here read VIEWMILL_* once each, like a worker's runs
+        os.environ[CATALOG_ENV] = catalog
     state = StatePaths.resolve(state_dir)
     try:
         load_recipe(recipe)
@@ -363,9 +363,8 @@ def sql(
         _fail(OutputError("--output needs --format csv, json or parquet (table is for the terminal)"))
     from viewmill.storage.sandbox import run_query
 
-    _use_catalog(catalog)
-    try:
-        table = run_query(StatePaths.resolve(state_dir).lake, query)  # read-only and locked down
+    try:  # read-only and locked down
+        table = run_query(StatePaths.resolve(state_dir).lake, query, catalog=_settings(catalog).catalog_spec())
     except USER_ERRORS as exc:
         _fail(exc)
     except duckdb.Error as exc:

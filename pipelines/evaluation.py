@@ -10,7 +10,7 @@ from viewmill.pipelines.recipe import EvaluateSpec
 from viewmill.pipelines.stages import evaluate_models, new_run_id
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import fingerprint
-from viewmill.storage.lake import Lake
+from viewmill.storage.settings import Settings
 from viewmill.train.encoder import encoder_fingerprint, resolve_encoder
 from viewmill.train.loop import MANIFEST
 from viewmill.train.suite import bar_chart, check, markdown_table
@@ -46,13 +46,19 @@ def model_entries(refs: list[str], baselines: bool) -> list[dict]:
 
 
 def evaluate_cli(
-    refs: list[str], suite: EvaluateSpec, state: StatePaths, *, baselines: bool, out: Path | None
+    refs: list[str],
+    suite: EvaluateSpec,
+    state: StatePaths,
+    *,
+    baselines: bool,
+    out: Path | None,
+    settings: Settings | None = None,
 ) -> EvalReport:
     run_id = new_run_id()
     for task in suite.tasks:  # every file readable before any model is loaded
         check(task)
     entries = model_entries(refs, baselines)
-    with Lake(state.lake) as lake:
+    with (settings or Settings()).open_lake(state.lake) as lake:
         results = evaluate_models(lake, entries, suite.tasks, run_id=run_id, batch_size=suite.batch_size)
     names = [task.name for task in suite.tasks]
     table = markdown_table(results, names)
