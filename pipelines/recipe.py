@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from viewmill.augment.augmenters import AugmenterSpec
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.readers import NLI_FORMATS, READERS, ReadOptions
+from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.train.config import TrainConfig
 from viewmill.train.evaluate import StsTask
@@ -117,6 +119,9 @@ class SweepConfig(BaseModel):
         return [f"{key}={json.dumps(value)}" for key, value in self.set.items()]  # JSON is YAML
 
 
+MAX_SWEEP_CONFIGS = 256  # each one trains and evaluates a model
+
+
 class SweepSpec(BaseModel):
     """Training configurations run over the recipe's pairs (or the pairs each one asks for)
     and compared; the best is chosen on one evaluation task, e.g. STS-B dev."""
@@ -134,6 +139,13 @@ class SweepSpec(BaseModel):
         for key, values in self.grid.items():
             if not values:
                 raise ValueError(f"grid setting {key} has no values")
+        sizes = [len(values) for values in self.grid.values()]
+        if math.prod(sizes) + len(self.configs) > MAX_SWEEP_CONFIGS:  # counted before anything is expanded
+            raise ValueError(
+                f"the sweep has {math.prod(sizes) + len(self.configs):,} configurations "
+                f"(grid {' x '.join(map(str, sizes)) or '0'}, plus {len(self.configs)} listed), more than "
+                f"{MAX_SWEEP_CONFIGS}: narrow sweep.grid or split it into several sweeps"
+            )
         labels = [c.label for c in self.expand()]
         if len(set(labels)) != len(labels):
             raise ValueError(f"sweep configuration labels must be unique, got {labels}")
@@ -234,10 +246,12 @@ def load_suite(path: Path | str) -> EvaluateSpec:
     if not path.is_file():
         raise RecipeError(f"evaluation suite not found: {path} (try recipes/eval-papers.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
         suite = EvaluateSpec.model_validate(raw)
     except yaml.YAMLError as exc:
         raise RecipeError(f"suite {path} is not valid YAML: {exc}") from None
+    except YamlTooLarge as exc:
+        raise RecipeError(f"suite {path}: {exc}") from None
     except ValidationError as exc:
         raise RecipeError(_format_validation_error(path, exc).replace("recipe", "suite", 1)) from None
     base = path.resolve().parent
@@ -267,7 +281,10 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             if not isinstance(child, dict):
                 raise RecipeError(f"override '{item}': '{part}' is not a section of the recipe")
             node = child
-        node[leaf] = yaml.safe_load(value)
+        try:
+            node[leaf] = load_yaml(value)
+        except (yaml.YAMLError, YamlTooLarge) as exc:
+            raise RecipeError(f"override '{item}': the value is not usable YAML ({exc})") from None
     return raw
 
 
@@ -277,9 +294,11 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
     if not path.is_file():
         raise RecipeError(f"recipe not found: {path} (try recipes/demo.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
+    except YamlTooLarge as exc:
+        raise RecipeError(f"recipe {path}: {exc}") from None
     except UnicodeDecodeError:
         raise RecipeError(f"recipe {path} is not UTF-8 text") from None
     if not isinstance(raw, dict):

@@ -1,0 +1,145 @@
+"""Bad input reaches the user as one message naming the input and the fix, with exit code
+2, and the lake is as it was (row counts, version, snapshot hashes)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+from viewmill.pipelines.cli import app
+
+from tests.lake_state import lake_state, small_lake
+
+runner = CliRunner()
+
+RECIPE = """
+name: bad
+corpus: {corpus}
+augmenters:
+  - {{name: same, method: identity}}
+  - {{name: syn, method: synonym, ratio: 0.3, seed: 1}}
+pair: {{view_a: same, view_b: syn}}
+"""
+
+
+@pytest.fixture
+def state(tmp_path):
+    small_lake(tmp_path / "state" / "lake")
+    return tmp_path / "state"
+
+
+def _run(state, recipe, *extra):
+    before = lake_state(state / "lake")
+    result = runner.invoke(app, ["run", str(recipe), "--no-prefect", "--state-dir", str(state), *extra])
+    assert "Traceback" not in result.output
+    assert lake_state(state / "lake") == before, "the lake changed"
+    return result, " ".join(result.output.split())  # rich wraps long lines
+
+
+def _recipe(tmp_path, corpus: str, extra: str = "") -> str:
+    path = tmp_path / "bad.yaml"
+    path.write_text(RECIPE.format(corpus=corpus) + extra, encoding="utf-8")
+    return path
+
+
+# -- 15: CSV parsed strictly ------------------------------------------------------------
+def test_an_unterminated_csv_quote_stops_the_run_at_its_line(tmp_path, state):
+    corpus = tmp_path / "corpus.csv"
+    corpus.write_text('text,id\n"A man plays a guitar.",1\n"Two dogs run, 2\nA cat sleeps.,3\n', encoding="utf-8")
+    recipe = _recipe(tmp_path, f"{{format: csv, files: [{corpus}], text_column: text}}")
+    result, out = _run(state, recipe)
+    assert result.exit_code == 2
+    assert (
+        f"error: {corpus}:3: CSV cannot be parsed from this line on (unexpected end of data): a quote opened here "
+        'is never closed? close it, or double a quote inside a quoted field ("")'
+    ) in out
+
+
+def test_a_quote_that_swallows_records_is_reported_not_merged(tmp_path, state):
+    corpus = tmp_path / "corpus.csv"
+    corpus.write_text('text,id\n"A man plays,1\nTwo dogs run.",2\nA cat sleeps.,3\n', encoding="utf-8")
+    recipe = _recipe(tmp_path, f"{{format: csv, files: [{corpus}], text_column: text}}")
+    result, out = _run(state, recipe)
+    assert result.exit_code == 2
+    assert (
+        f"error: {corpus}:2: one record runs over lines 2-3: an unbalanced quote? close it, or double a quote "
+        'inside a quoted field ("") (or set corpus.on_error: skip to skip and count such records)'
+    ) in out
+
+
+def test_strict_csv_reading_keeps_good_records_and_reports_the_bad_ones():
+    from pathlib import Path
+    from tempfile import mkdtemp
+
+    from viewmill.augment.readers import Malformed, RawLine, ReadOptions, read_csv
+
+    path = Path(mkdtemp()) / "c.csv"
+    path.write_text('text,id\n"ok, quoted",1\n"open,2\nrest",3\nfine,4\n"a ""quoted"" word",5\n', encoding="utf-8")
+    records = list(read_csv(path, ReadOptions(text_column="text")))
+    assert records == [
+        RawLine("ok, quoted", str(path), 2),
+        Malformed(str(path), 3, 'one record runs over lines 3-4: an unbalanced quote? close it, or double a '
+                  'quote inside a quoted field ("")'),
+        RawLine("fine", str(path), 5),
+        RawLine('a "quoted" word', str(path), 6),
+    ]  # fmt: skip
+
+
+# -- 16: grids and YAML that would eat memory ----------------------------------------------
+SWEEP = """
+train: {{encoder: embedded:all-MiniLM-L6-v2, steps: 2}}
+evaluate: {{tasks: [{{name: dev, format: stsb, path: sts.csv}}]}}
+sweep:
+  select_on: dev
+  grid:
+{grid}
+"""
+
+
+def test_a_sweep_grid_of_ten_billion_configurations_is_refused_before_expanding(tmp_path, state):
+    grid = "\n".join(f"    train.setting_{i}: [{', '.join(map(str, range(10)))}]" for i in range(10))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A man plays a guitar.\n", encoding="utf-8")
+    recipe = _recipe(tmp_path, f"{{files: [{corpus}]}}", SWEEP.format(grid=grid))
+    before = lake_state(state / "lake")
+    result = runner.invoke(app, ["sweep", str(recipe), "--no-prefect", "--state-dir", str(state)])
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in out
+    assert (
+        "the sweep has 10,000,000,000 configurations (grid 10 x 10 x 10 x 10 x 10 x 10 x 10 x 10 x 10 x 10, plus 0 "
+        "listed), more than 256: narrow sweep.grid or split it into several sweeps"
+    ) in out
+    assert lake_state(state / "lake") == before
+
+
+def test_a_yaml_alias_bomb_is_refused_without_expanding(tmp_path, state):
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    recipe = tmp_path / "bomb.yaml"
+    recipe.write_text("\n".join(lines) + "\nname: *a9\n", encoding="utf-8")
+    result, out = _run(state, recipe)
+    assert result.exit_code == 2
+    assert (
+        f"error: recipe {recipe}: the YAML expands to more than 100,000 values (anchors and *aliases repeated "
+        "inside one another, from line 1): write the settings out, without nested aliases"
+    ) in out
+
+
+def test_a_recursive_alias_and_a_bomb_in_an_override_are_refused(tmp_path, state):
+    recipe = tmp_path / "loop.yaml"
+    recipe.write_text("name: &n [*n]\n", encoding="utf-8")
+    assert "the YAML expands to more than 100,000 values" in _run(state, recipe)[1]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A man plays a guitar.\n", encoding="utf-8")
+    good = _recipe(tmp_path, f"{{files: [{corpus}]}}")
+    bomb = "[" + ", ".join(["&a [" + ", ".join(["1"] * 400) + "]"] + ["*a"] * 400) + "]"
+    result, out = _run(state, good, "--set", f"execution.retries={bomb}")
+    assert result.exit_code == 2
+    assert f"override 'execution.retries={bomb}': the value is not usable YAML (the YAML expands to more than" in out
+
+
+def test_ordinary_anchors_still_load(tmp_path):
+    from viewmill.pipelines.safe_yaml import load_yaml
+
+    assert load_yaml("base: &b {x: 1}\nother: *b\nlist: [*b, *b]\n") == {
+        "base": {"x": 1}, "other": {"x": 1}, "list": [{"x": 1}, {"x": 1}],
+    }  # fmt: skip
