@@ -11,8 +11,8 @@ from viewmill.pipelines.stages import evaluate_models, new_run_id
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.settings import Settings
-from viewmill.train.encoder import encoder_fingerprint, resolve_encoder
-from viewmill.train.loop import MANIFEST
+from viewmill.train.encoder import resolve_encoder
+from viewmill.train.export import MANIFEST, model_id_of
 from viewmill.train.suite import bar_chart, check, markdown_table
 
 
@@ -32,7 +32,7 @@ def model_entries(refs: list[str], baselines: bool) -> list[dict]:
         path = resolve_encoder(ref)
         manifest = Path(path) / MANIFEST
         label = Path(path).name if Path(path).is_dir() and not ref.startswith("embedded:") else ref
-        entries.append({"label": label, "path": path, "model_id": encoder_fingerprint(path)})
+        entries.append({"label": label, "path": path, "model_id": model_id_of(path)})  # as in `models`
         base_ref = (
             json.loads(manifest.read_text(encoding="utf-8")).get("base_model", ref) if manifest.is_file() else ref
         )
@@ -41,7 +41,7 @@ def model_entries(refs: list[str], baselines: bool) -> list[dict]:
         for base_ref, base in starts.items():
             for pooling, name in (("mean", "mean pooling"), ("cls", "[CLS]")):
                 entries.append({"label": f"{base_ref} ({name})", "path": base, "pooling": pooling,
-                                "model_id": fingerprint(encoder_fingerprint(base), pooling)})  # fmt: skip
+                                "model_id": fingerprint(model_id_of(base), pooling)})  # fmt: skip
     return entries
 
 

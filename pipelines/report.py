@@ -51,6 +51,11 @@ def render_summary(summary: dict[str, Any], console: Console | None = None) -> N
             )
         )
         console.print(f"[bold]model[/] {trained['path']}: {how}")
+        if trained.get("selected_step") == 0:
+            console.print(
+                "[bold yellow]no improvement over the start[/]: no dev evaluation beat the starting model, so the "
+                "exported model is the starting model unchanged (selected_step 0), not a trained result"
+            )
     evals = summary.get("evals", [])
     if evals:
         labels = list(dict.fromkeys(e["model"] for e in evals))

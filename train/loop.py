@@ -4,7 +4,6 @@ sentence-transformers model."""
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import time
@@ -17,16 +16,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 from torch import nn
-from viewmill.storage.files import build_dir_atomically
 from viewmill.storage.ids import fingerprint
 from viewmill.train import distributed
 from viewmill.train.bsl import BSL
 from viewmill.train.checkpoints import Checkpoints, RunState
 from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import load_sentence_model
+from viewmill.train.export import MANIFEST, export, is_complete_model, model_lock
 from viewmill.train.objectives import ISBERT, OBJECTIVES, SGOPT, Contrastive
 
-MANIFEST = "viewmill.json"
+__all__ = ["MANIFEST", "TrainReport", "is_complete_model", "train_model", "training_code_fingerprint"]
 
 
 @dataclass
@@ -39,6 +38,7 @@ class TrainReport:
     model_dir: str
     dev_evals: list[tuple[int, float]] = field(default_factory=list)
     best_step: int | None = None
+    selected_step: int | None = None  # the step whose weights were exported; 0: the starting model
 
 
 def seed_everything(seed: int) -> None:
@@ -102,7 +102,8 @@ def build_objective(config: TrainConfig, sentence_model) -> tuple[nn.Module, lis
     """The objective's training module and the sentence-transformers modules to export.
 
     The exported modules share their weights with the training module, so what is saved
-    at the end is what was trained.
+    at the end is what was trained; the pooling is the one the loss trains (a base
+    model's own pooling and Dense layers are dropped; Normalize does not change cosines).
     """
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
 
@@ -113,10 +114,11 @@ def build_objective(config: TrainConfig, sentence_model) -> tuple[nn.Module, lis
     encoder = transformer.auto_model
     dim = sentence_model.get_embedding_dimension()
     tail = [m for m in list(sentence_model)[1:] if isinstance(m, Normalize)]
+    mean = [transformer, Pooling(dim, pooling_mode="mean"), *tail]  # the pooling the loss trains, whatever the base had
     if config.objective == "bsl":
-        return BSL(encoder, dim, config.predictor_k), list(sentence_model)
+        return BSL(encoder, dim, config.predictor_k), mean
     if config.objective in ("ntxent", "infonce"):
-        return Contrastive(encoder, config.objective, config.temperature), list(sentence_model)
+        return Contrastive(encoder, config.objective, config.temperature), mean
     if config.objective == "sgopt":
         model = SGOPT(
             encoder, dim, temperature=config.temperature, reg_lambda=config.sgopt_lambda,
@@ -161,31 +163,52 @@ def train_model(
     batch. Every `checkpoint_every` steps the full training state (weights, optimiser, loss
     scaler, random generators) goes to `<out_dir>.checkpoint/`; a run started again with
     the same configuration resumes from it and ends with the same weights as one that
-    never stopped. With `dev` and `eval_every`, the exported model is scored before
-    training and every `eval_every` steps; the best state (the start included) is kept
-    and exported, and training stops early after `early_stopping_patience` evaluations
-    without improvement.
+    never stopped. A second run training the same `out_dir` meanwhile is refused
+    (ModelBusyError): it would share those checkpoints. With `dev` and `eval_every`, the
+    exported model is scored before training and every `eval_every` steps; the best state
+    (the start included) is kept and exported, and training stops early after
+    `early_stopping_patience` evaluations without improvement.
 
     The export is written to a temporary sibling and renamed into place, so `out_dir`
-    either holds a complete model with its manifest or does not exist.
+    either holds a complete model with its manifest or does not exist. The exported
+    model truncates at `config.max_length`, as training did.
     """
-    from sentence_transformers import SentenceTransformer
-
     if config.eval_every and dev is None:
         raise ValueError("eval_every needs dev data: set train.dev in the recipe (an STS-B dev file)")
+    checkpoint_dir = out_dir.with_name(out_dir.name + ".checkpoint")
+    # Rank 0 alone writes checkpoints and the export; under torchrun the other ranks take no lock.
+    lock = model_lock(checkpoint_dir, "checkpoints of") if distributed.is_main() else contextlib.nullcontext()
+    with lock:
+        return _fit(pairs, base_model, config, out_dir, checkpoint_dir, card=card, keys=keys, on_step=on_step, dev=dev)
+
+
+def prepare(config: TrainConfig, base_model: str, device: str = "cpu"):
+    """The objective, the sentence-transformers model to export (sharing its weights, truncating
+    at `config.max_length` as training does) and the tokenizer."""
+    from sentence_transformers import SentenceTransformer
+
+    sentence_model = load_sentence_model(base_model, device=device)
+    sentence_model[0].max_seq_length = config.max_length
+    objective, export_modules = build_objective(config, sentence_model)
+    objective.to(device)
+    return objective, SentenceTransformer(modules=export_modules, device=device), sentence_model.tokenizer
+
+
+def tokenize(tokenizer, texts: list[str], config: TrainConfig, device: str = "cpu") -> dict[str, torch.Tensor]:
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _fit(pairs, base_model, config, out_dir, checkpoint_dir, *, card, keys, on_step, dev) -> TrainReport:
     device = distributed.init_from_environment(config.device)
     if config.batch_size % distributed.world_size():
         raise ValueError(f"batch_size {config.batch_size} must divide evenly over {distributed.world_size()} ranks")
     seed_everything(config.seed)
     start = time.perf_counter()
-    sentence_model = load_sentence_model(base_model, device=device)
-    tokenizer = sentence_model.tokenizer
-    objective, export_modules = build_objective(config, sentence_model)
-    objective.to(device)
-    exported = SentenceTransformer(modules=export_modules, device=device)  # shares the trained weights
+    objective, exported, tokenizer = prepare(config, base_model, device)
     optimizer = make_optimizer(config, objective)
     scaler = torch.amp.GradScaler(torch.device(device).type) if config.precision == "fp16" else None
-    checkpoints = Checkpoints(out_dir.with_name(out_dir.name + ".checkpoint"), fingerprint(config.model_dump(), card))
+    checkpoints = Checkpoints(checkpoint_dir, fingerprint(config.model_dump(), card))
     state = checkpoints.restore(objective, optimizer, scaler) or RunState()
     after_step = None
     if isinstance(objective, BSL):  # the EMA of the step just taken (state.step is set before it runs)
@@ -205,9 +228,7 @@ def train_model(
         if step <= state.step:
             continue  # done before the restart
         index = distributed.shard(index)
-        texts = source.texts(index)
-        batch = tokenizer(texts, padding=True, truncation=True, max_length=config.max_length, return_tensors="pt")
-        batch = {k: v.to(device) for k, v in batch.items()}
+        batch = tokenize(tokenizer, source.texts(index), config, device)
         warming_up = step <= config.head_warmup_steps
         state.step = step
         state.losses.append(
@@ -232,19 +253,26 @@ def train_model(
     if not main:  # rank 0 exports
         distributed.barrier()
         return TrainReport(state.step, len(source), state.losses[0], state.losses[-1], 0.0, str(out_dir))
-    if config.eval_every and config.keep_best and state.best_step != state.step:
-        exported.load_state_dict(checkpoints.best_weights())
+    selected = state.step
+    if config.eval_every and config.keep_best:
+        selected = state.best_step
+        if selected != state.step:
+            exported.load_state_dict(checkpoints.best_weights())
     report = TrainReport(
         steps=state.step,
         pairs=len(source),
         first_loss=state.losses[0] if state.losses else float("nan"),
         last_loss=state.losses[-1] if state.losses else float("nan"),
         seconds=time.perf_counter() - start,
-        model_dir=str(out_dir),
+        model_dir=str(card.get("path", out_dir)),
         dev_evals=state.evals,
         best_step=state.best_step if config.eval_every else None,
+        selected_step=selected,
     )
-    export(exported, out_dir, {**card, "train_config": config.model_dump(), "report": asdict(report)})
+    manifest = {**card, "train_config": config.model_dump(), "report": asdict(report), "selected_step": selected,
+                "improved_over_start": None if not config.eval_every else selected != 0,
+                "max_seq_length": config.max_length}  # fmt: skip
+    export(exported, out_dir, manifest)
     checkpoints.clear()
     distributed.barrier()
     return report
@@ -365,54 +393,6 @@ def _accumulated_backward(
             (scaler.scale(loss) if scaler is not None else loss).backward()
         total = total + loss.detach().float().cpu()
     return total
-
-
-def export(sentence_model, out_dir: Path, manifest: dict) -> None:
-    """Save the online encoder as a sentence-transformers directory with a model card."""
-    lines = [
-        f"# {out_dir.name}",
-        "",
-        f"Trained by viewmill with {manifest['train_config']['objective'].upper()} "
-        f"from `{manifest.get('base_model')}`.",
-        "",
-        f"- recipe: `{manifest.get('recipe')}`",
-        f"- pairs snapshot: `{manifest.get('snapshot')}`",
-        f"- steps: {manifest['train_config']['steps']}, batch size {manifest['train_config']['batch_size']}",
-        "",
-        "Load with `SentenceTransformer(path)`"
-        + (
-            " (with `trust_remote_code=True` and viewmill installed: its CNN is viewmill's module)"
-            if manifest["train_config"]["objective"] == "isbert"
-            else ""
-        )
-        + ". Metrics are in the lake's `evals` table.",
-    ]
-
-    def write(staging: Path) -> None:
-        sentence_model.save(str(staging))
-        (staging / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
-
-    build_dir_atomically(out_dir, write, replace=True)
-
-
-METRICS_HEADING = "## Metrics"
-
-
-def write_card_metrics(model_dir: Path, metrics: list[dict]) -> None:
-    """Put evaluation results (task, value, n, convention) into the model card, replacing
-    earlier ones; the card is rewritten whole (temporary file, then rename)."""
-    card = model_dir / "README.md"
-    text = card.read_text(encoding="utf-8").split(METRICS_HEADING)[0].rstrip() + "\n"
-    lines = ["", METRICS_HEADING, "", "| task | Spearman x100 (cosine) | pairs | convention |", "|---|---|---|---|"]
-    lines += [f"| {m['task']} | {m['value']:.2f} | {m['n']} | {m['convention']} |" for m in metrics]
-    partial = card.with_name(".README.md.partial")
-    partial.write_text(text + "\n".join(lines) + "\n", encoding="utf-8")
-    partial.replace(card)
-
-
-def is_complete_model(path: Path) -> bool:
-    return (path / MANIFEST).is_file()
 
 
 def training_code_fingerprint() -> str:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from viewmill.storage.registry import Registry, RegistryError
+from viewmill.train import modeling_isbert
 from viewmill.train.bsl import mean_pool
 from viewmill.train.distributed import gather_with_local_grad
 
@@ -50,6 +51,8 @@ class Contrastive(nn.Module):
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         return mean_pool(out.last_hidden_state, batch["attention_mask"])
+
+    sentence_embedding = embed
 
     def pair_loss(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         fn = nt_xent if self.kind == "ntxent" else info_nce
@@ -142,6 +145,10 @@ class SGOPT(nn.Module):
         self.fixed.eval()
         return self
 
+    def sentence_embedding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """c_i: BERT_T's last-layer [CLS], the vector the loss trains (the head is training-only)."""
+        return self.tuned(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state[:, 0]
+
     def layer_views(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(n, l+1, d): max-pooled hidden states of every BERT_F layer, embeddings included."""
         with torch.no_grad():
@@ -187,25 +194,11 @@ def opt3(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
     return (torch.logaddexp(own, negatives) - own).mean()
 
 
-class ReLUCNN(nn.Module):
-    """IS-BERT's n-gram encoder: parallel 1-D convolutions (same padding) over token
-    embeddings, ReLU, concatenated. A sentence-transformers module (saves and loads)."""
-
-    def __init__(self, in_dim: int, filters: int = 256, windows: tuple[int, ...] = (1, 3, 5)) -> None:
-        super().__init__()
-        self.in_dim, self.filters, self.windows = in_dim, filters, tuple(windows)
-        self.convs = nn.ModuleList(nn.Conv1d(in_dim, filters, w, padding=w // 2) for w in self.windows)
-
-    def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        tokens = features["token_embeddings"].transpose(1, 2)
-        local = torch.cat([torch.relu(conv(tokens)) for conv in self.convs], dim=1).transpose(1, 2)
-        features["token_embeddings"] = local
-        return features
-
-    def get_sentence_embedding_dimension(self) -> int:
-        return self.filters * len(self.windows)
-
-    get_embedding_dimension = get_sentence_embedding_dimension
+class ReLUCNN(modeling_isbert.ReLUCNN):
+    """IS-BERT's CNN in the format of models exported before they carried their own
+    modeling file (cnn.pt; modules.json names `train.objectives.ReLUCNN` or this class).
+    Kept so those models still load through `load_sentence_model`; new exports use
+    `modeling_isbert.ReLUCNN`."""
 
     def save(self, output_path: str, *args, **kwargs) -> None:
         import json
@@ -253,13 +246,21 @@ class ISBERT(nn.Module):
     def __init__(self, encoder: nn.Module, dim: int, filters: int = 256, windows: tuple[int, ...] = (1, 3, 5)) -> None:
         super().__init__()
         self.encoder = encoder
-        self.cnn = ReLUCNN(dim, filters, windows)
+        self.cnn = modeling_isbert.ReLUCNN(dim, filters, windows)
+
+    def local_features(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        tokens = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        return self.cnn({"token_embeddings": tokens, "attention_mask": batch["attention_mask"]})["token_embeddings"]
+
+    def sentence_embedding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The sentence vector training shapes: the mean of the n-gram features over real tokens."""
+        return mean_pool(self.local_features(batch), batch["attention_mask"])
 
     def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
         mask = batch["attention_mask"][:n]
         with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):
             tokens = self.encoder(input_ids=batch["input_ids"][:n], attention_mask=mask).last_hidden_state
-        local = self.cnn({"token_embeddings": tokens})["token_embeddings"]
+        local = self.cnn({"token_embeddings": tokens, "attention_mask": mask})["token_embeddings"]
         return jsd_mi_loss(mean_pool(local, mask), local, mask)
 
     forward = loss

@@ -68,7 +68,7 @@ def test_every_objective_trains_and_exports_a_model_that_loads(tmp_path, tiny_mo
     if objective == "isbert":
         assert vectors.shape == (3, 8 * 3), "the sentence is the mean of the CNN's n-gram features"
     assert torch.isfinite(torch.tensor(vectors)).all()
-    assert f"with {objective.upper()}" in (out / "README.md").read_text()
+    assert f"(objective `{objective}`)" in (out / "README.md").read_text()
 
 
 def test_headless_objectives_refuse_a_warmup_and_get_their_defaults():
