@@ -6,6 +6,7 @@ A built wheel is unpacked and imported from a directory whose own `train.py`,
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,10 +22,12 @@ LAYERS = ("augment", "pipelines", "storage", "train")
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")
+    # a copy, so setuptools' build/ folder neither lands in the checkout nor feeds stale files in
+    source = tmp_path_factory.mktemp("source") / "viewmill"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", ".viewmill*", "*.egg-info"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
-        check=True, capture_output=True, cwd=build,
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
+        check=True, capture_output=True,
     )  # fmt: skip
     (found,) = out.glob("viewmill-*.whl")
     return found
