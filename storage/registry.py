@@ -86,7 +86,10 @@ class Registry(Generic[T]):
             value = loader(reference)
         except Exception as exc:
             raise RegistryError(f"{self.kind} '{name}' ({reference}) cannot be loaded: {exc}") from exc
-        entry = self._check(value) if self._check is not None else value
+        try:
+            entry = self._check(value) if self._check is not None else value
+        except RegistryError as exc:
+            raise RegistryError(f"{self.kind} '{name}' ({reference}): {exc}") from None
         if name in self._refs:  # plugins are not kept: they may be uninstalled or moved on sys.path
             self._loaded[name] = entry
         return entry

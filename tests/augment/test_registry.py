@@ -1,0 +1,197 @@
+"""Registries and entry-point plugins: a third-party distribution (a real dist-info folder on
+sys.path) adds an augmenter, an engine, a corpus format and an objective; the recipe schema
+accepts them, a run uses them, and clashes or unknown names are refused with the fix."""
+
+import sys
+import textwrap
+
+import pytest
+from viewmill.augment.augmenters import AUGMENTERS
+from viewmill.augment.engines import ENGINES, EngineError, make_engine
+from viewmill.augment.readers import READERS
+from viewmill.pipelines.recipe import RecipeError, load_recipe
+from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import Lake
+from viewmill.storage.registry import RegistryError
+from viewmill.train.config import TrainConfig
+from viewmill.train.objectives import OBJECTIVES
+
+from tests.conftest import SENTENCES
+
+PLUGIN = '''
+from typing import Literal
+
+from viewmill.augment.augmenters import AugmenterConfig, ProducedView
+from viewmill.augment.engines import Engine
+from viewmill.augment.readers import RawLine
+from viewmill.train.objectives import Objective
+
+
+class ShoutProducer:
+    lang = None
+    identity = ["shout-1"]
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def produce(self, lake, chunk, run_id, stats):
+        return [ProducedView(text.upper() + self.spec.suffix, {"engines": ["shout"]}) for _, text in chunk]
+
+    def close(self):
+        pass
+
+
+class Shout(AugmenterConfig):
+    method: Literal["shout"] = "shout"
+    suffix: str = "!"
+
+    def producer(self, lake):
+        return ShoutProducer(self)
+
+
+class Mirror:
+    name, model, revision = "mirror", "mirror", "1"
+
+    def translate(self, texts, src, tgt, decoding):
+        return [[" ".join(reversed(text.split()))] for text in texts]
+
+    def close(self):
+        pass
+
+
+MIRROR = Engine(lambda src, tgt, options: Mirror(), needs_model=False, description="reverses word order")
+
+
+def read_pipes(path, options):
+    for row, line in enumerate(path.read_text(encoding="utf-8").split("|"), start=1):
+        if line.strip():
+            yield RawLine(line.strip(), path.name, row)
+
+
+ECHO = Objective(build=lambda config, model: ("built", [config.objective]), head=False, temperature=0.2)
+'''
+
+ENTRY_POINTS = """
+[viewmill.augmenters]
+shout = viewmill_test_plugin:Shout
+
+[viewmill.engines]
+mirror = viewmill_test_plugin:MIRROR
+
+[viewmill.readers]
+pipes = viewmill_test_plugin:read_pipes
+
+[viewmill.objectives]
+echo = viewmill_test_plugin:ECHO
+"""
+
+
+def install_plugin(root, monkeypatch, entry_points: str = ENTRY_POINTS, name: str = "viewmill_test_plugin"):
+    """A distribution as pip leaves it: a module and its dist-info (METADATA, entry_points.txt)."""
+    (root / f"{name}.py").write_text(PLUGIN, encoding="utf-8")
+    info = root / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(root))  # removed again after the test
+
+
+@pytest.fixture(autouse=True)
+def _forget_plugin_module():
+    yield
+    sys.modules.pop("viewmill_test_plugin", None)
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    (tmp_path / "site").mkdir()
+    install_plugin(tmp_path / "site", monkeypatch)
+    return tmp_path
+
+
+def test_builtin_names_come_first_and_plugins_only_while_installed(tmp_path, monkeypatch):
+    assert ENGINES.names() == ["apertium", "hf", "ctranslate2"]
+    assert AUGMENTERS.names() == ["backtranslation", "forward", "identity", "synonym", "mlm", "entailment"]
+    assert OBJECTIVES.names() == ["bsl", "ntxent", "infonce", "sgopt", "isbert"]
+    assert READERS.names() == ["text", "book", "senteval", "nli-jsonl", "csv", "parquet", "hf"]
+    (tmp_path / "site").mkdir()
+    with monkeypatch.context() as patch:
+        install_plugin(tmp_path / "site", patch)
+        assert ENGINES.names()[-1] == "mirror" and AUGMENTERS.names()[-1] == "shout"
+        assert OBJECTIVES.names()[-1] == "echo" and READERS.names()[-1] == "pipes"
+    assert "shout" not in AUGMENTERS.names(), "gone with the distribution"
+
+
+def test_a_plugin_runs_through_recipe_validation_and_a_run(plugin):
+    corpus = plugin / "corpus.txt"
+    corpus.write_text("|".join(SENTENCES[:6]), encoding="utf-8")
+    recipe = plugin / "r.yaml"
+    recipe.write_text(
+        """
+name: plug
+corpus: {format: pipes, files: [corpus.txt]}
+augmenters:
+  - {name: loud, method: shout, suffix: "!!"}
+  - {name: back, method: backtranslation, engine: mirror, path: [en, xx, en]}
+filters: {min_chrf: 0}
+pair: {view_a: loud, view_b: back}
+train: {objective: echo, steps: 2, head_warmup_steps: 0}
+""",
+        encoding="utf-8",
+    )
+    parsed = load_recipe(recipe)
+    assert type(parsed.augmenters[0]).__name__ == "Shout" and parsed.augmenters[0].suffix == "!!"
+    assert parsed.train.objective == "echo" and parsed.train.temperature == 0.2
+    assert '"method":"shout"' in parsed.as_json(), "the plugin's spec is kept whole in the run record"
+
+    state = StatePaths(plugin / "state")
+    summary = run_recipe(RunContext(parsed, state), train=False)
+    assert summary["ingest"]["sentences"] == 6
+    assert {name: r["new_views"] for name, r in summary["augment"].items()} == {"loud": 6, "back": 6}
+    with Lake(state.lake, read_only=True) as lake:
+        loud = lake.arrow("SELECT v.text, s.text AS source FROM views v JOIN sentences s USING (sentence_id) "
+                          "WHERE augmenter = 'loud'").to_pylist()  # fmt: skip
+        back = lake.arrow("SELECT text FROM views WHERE augmenter = 'back' ORDER BY text").to_pylist()
+    assert all(row["text"] == row["source"].upper() + "!!" for row in loud)
+    assert [row["text"] for row in back] == sorted(SENTENCES[:6]), "two mirrors give the sentence back"
+    assert summary["snapshot"]["n_pairs"] == 6
+
+
+def test_a_plugin_objective_is_built_by_its_entry(plugin, monkeypatch):
+    from viewmill.train.loop import build_objective
+
+    config = TrainConfig(objective="echo", steps=2, head_warmup_steps=0)
+    assert build_objective(config, sentence_model=None) == ("built", ["echo"])
+
+
+def test_unknown_names_list_what_is_registered(plugin):
+    with pytest.raises(EngineError, match="unknown engine 'moses': use one of apertium, hf, ctranslate2, mirror"):
+        make_engine("moses", "en", "es")
+    with pytest.raises(ValueError, match="unknown objective 'simcse': use one of bsl, .*isbert, echo"):
+        TrainConfig(objective="simcse")
+    recipe = plugin / "bad.yaml"
+    recipe.write_text(
+        "name: r\ncorpus: {format: tsv, files: [c.txt]}\naugmenters: [{name: a, method: yell}, {name: b, "
+        "method: identity}]\npair: {view_a: a, view_b: b}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(RecipeError) as err:
+        load_recipe(recipe)
+    assert "corpus.format: Value error, unknown corpus format 'tsv': use one of text, book" in str(err.value)
+    methods = "backtranslation, forward, identity, synonym, mlm, entailment, shout"
+    assert f"augmenters.0: method must be one of {methods}" in str(err.value)
+
+
+def test_a_plugin_that_takes_a_builtin_name_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "site").mkdir()
+    install_plugin(tmp_path / "site", monkeypatch, "[viewmill.augmenters]\nidentity = viewmill_test_plugin:Shout\n")
+    with pytest.raises(RegistryError, match="a plugin registers augmenter method 'identity'.*rename it"):
+        AUGMENTERS.names()
+
+
+def test_a_plugin_entry_of_the_wrong_kind_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "site").mkdir()
+    install_plugin(tmp_path / "site", monkeypatch, "[viewmill.engines]\nbroken = viewmill_test_plugin:Shout\n")
+    with pytest.raises(EngineError, match="engine 'broken'.*must be a viewmill.augment.engines.Engine"):
+        make_engine("broken", "en", "es")
