@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from viewmill.storage.datasets import missing_hint
 from viewmill.storage.registry import Registry, RegistryError
 
 
@@ -50,7 +51,8 @@ Reader = Callable[[Path, ReadOptions], Iterator[Record]]
 
 def _require_file(path: Path) -> None:
     if not path.is_file():
-        raise CorpusError(f"corpus file not found: {path} (fix the path in the recipe's corpus.files)")
+        fix = missing_hint(path) or " (fix the path in the recipe's corpus.files)"
+        raise CorpusError(f"corpus file not found: {path}{fix}")
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str | Malformed]]:

@@ -13,6 +13,7 @@ from rich.console import Console
 from viewmill.augment.engines import EngineError
 from viewmill.augment.ingest import CorpusError
 from viewmill.pipelines import lake_cli
+from viewmill.pipelines.data import data_app
 from viewmill.pipelines.output import OutputError, OutputFormat, print_table, write_file, write_stdout
 from viewmill.pipelines.prefect_cli import deploy, server_app
 from viewmill.pipelines.prefect_env import PrefectServerError
@@ -77,6 +78,7 @@ app = typer.Typer(
 )
 lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True, context_settings=HELP)
 app.add_typer(lake_app, name="lake")
+app.add_typer(data_app, name="data")
 app.add_typer(server_app, name="server")
 app.command()(deploy)
 

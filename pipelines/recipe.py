@@ -14,6 +14,7 @@ from viewmill.augment.augmenters import AugmenterSpec
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.readers import NLI_FORMATS, READERS, ReadOptions
 from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
+from viewmill.storage import datasets
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.train.config import TrainConfig
 from viewmill.train.evaluate import StsTask
@@ -260,12 +261,19 @@ def load_suite(path: Path | str) -> EvaluateSpec:
     return suite
 
 
+def _resolve_path(path: Path, base: Path) -> Path:
+    """`data:<folder>/<file>` names a file of a fetched data set (viewmill data list); any
+    other relative path is taken from the recipe's folder."""
+    if datasets.is_reference(path):
+        return datasets.resolve(path)
+    return path if path.is_absolute() else (base / path).resolve()
+
+
 def _resolve_task_paths(task: StsTask | TransferTask, base: Path) -> None:
-    if not task.path.is_absolute():
-        task.path = (base / task.path).resolve()
+    task.path = _resolve_path(task.path, base)
     gold = getattr(task, "gold_path", None)
-    if gold is not None and not gold.is_absolute():
-        task.gold_path = (base / gold).resolve()
+    if gold is not None:
+        task.gold_path = _resolve_path(gold, base)
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
@@ -310,7 +318,9 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
         raise RecipeError(_format_validation_error(path, exc)) from None
     base = path.resolve().parent
     recipe.corpus.files = [
-        f if f.is_absolute() or (recipe.corpus.format == "hf" and not (base / f).exists()) else (base / f).resolve()
+        f
+        if recipe.corpus.format == "hf" and not datasets.is_reference(f) and not (base / f).exists()
+        else _resolve_path(f, base)
         for f in recipe.corpus.files
     ]  # an hf source that is not a local directory is a hub id
     for task in recipe.eval_tasks():

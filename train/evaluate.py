@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 from scipy.stats import spearmanr
+from viewmill.storage.datasets import missing_hint
 
 
 class EvalDataError(ValueError):
@@ -78,7 +79,8 @@ class StsTask(BaseModel):
 
 def _read_text(path: Path) -> str:
     if not path.is_file():
-        raise EvalDataError(f"evaluation file not found: {path} (fix evaluate.tasks[].path in the recipe)")
+        fix = missing_hint(path) or " (fix evaluate.tasks[].path in the recipe)"
+        raise EvalDataError(f"evaluation file not found: {path}{fix}")
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -132,7 +134,8 @@ def load_sts_subsets(inputs: Path, gold_dir: Path | None = None) -> dict[str, St
     a gold file, or files of different lengths, are errors naming the file.
     """
     if not inputs.is_dir():
-        raise EvalDataError(f"STS folder not found: {inputs} (point the task's path at e.g. STS12-en-test)")
+        fix = missing_hint(inputs) or " (point the task's path at e.g. STS12-en-test)"
+        raise EvalDataError(f"STS folder not found: {inputs}{fix}")
     gold_dir = gold_dir or inputs
     subsets: dict[str, StsData] = {}
     for input_file in sorted(inputs.glob("STS.input.*.txt")):
@@ -175,7 +178,7 @@ def load_sts17_track(task: StsTask) -> StsData:
     assert task.track is not None
     name = STS17_TRACKS[task.track]
     if not task.path.is_dir():
-        raise EvalDataError(f"STS 2017 folder not found: {task.path} (viewmill data fetch sts17)")
+        raise EvalDataError(f"STS 2017 folder not found: {task.path}{missing_hint(task.path)}")
     input_file = task.path / f"STS.input.{name}.txt"
     gold_file = (task.gold_path or task.path) / f"STS.gs.{name}.txt"
     pairs, scores = _read_text(input_file).splitlines(), _read_text(gold_file).splitlines()

@@ -17,6 +17,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+from viewmill.storage.datasets import missing_hint
 from viewmill.train.evaluate import EvalDataError
 
 C_GRID = [2.0**t for t in range(-2, 4)]  # SentEval's grid for its scikit-learn classifier
@@ -50,7 +51,8 @@ class Split:
 
 def _lines(path: Path, keep_blank: bool = False) -> list[str]:
     if not path.is_file():
-        raise EvalDataError(f"SentEval file not found: {path} (point the task's path at the task's folder)")
+        fix = missing_hint(path) or " (point the task's path at the task's folder)"
+        raise EvalDataError(f"SentEval file not found: {path}{fix}")
     lines = [line.strip() for line in path.read_bytes().decode("latin-1").splitlines()]
     return lines if keep_blank else [line for line in lines if line]
 
