@@ -111,7 +111,7 @@ def plugin(tmp_path, monkeypatch):
 
 
 def test_builtin_names_come_first_and_plugins_only_while_installed(tmp_path, monkeypatch):
-    assert ENGINES.names() == ["apertium", "hf", "ctranslate2"]
+    assert ENGINES.names() == ["apertium", "hf", "ctranslate2", "bergamot"]
     assert AUGMENTERS.names() == ["backtranslation", "forward", "identity", "synonym", "mlm", "entailment"]
     assert OBJECTIVES.names() == ["bsl", "ntxent", "infonce", "sgopt", "isbert"]
     assert READERS.names() == ["text", "book", "senteval", "nli-jsonl", "csv", "parquet", "hf"]
