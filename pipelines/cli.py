@@ -415,5 +415,21 @@ def export(
 lake_cli.register(lake_app)
 
 
+
+@app.command()
+def plugins() -> None:
+    """List the names recipes can use: augmenter methods, engines, objectives and corpus formats
+    (viewmill's own, then installed plugins' from their entry points)."""
+    from viewmill.augment.augmenters import AUGMENTERS
+    from viewmill.augment.engines import ENGINES
+    from viewmill.augment.readers import READERS
+    from viewmill.train.objectives import OBJECTIVES
+
+    try:
+        for registry in (AUGMENTERS, ENGINES, OBJECTIVES, READERS):
+            console.print(f"{registry.kind}s [{registry.group}]: {registry.help()}", highlight=False, markup=False)
+    except ValueError as exc:  # a broken or clashing plugin
+        _fail(exc)
+
 if __name__ == "__main__":
     app()

@@ -221,6 +221,7 @@ class Lake:
                 Path(self.data_path).mkdir(parents=True, exist_ok=True)
         self._lock = WriterLock(self.catalog, self.root)
         self._lock_depth = 0
+        self._in_transaction = False
         # Rows carry their own keys and every read that needs an order says ORDER BY, so
         # DuckDB need not buffer large inserts to keep their order (less memory).
         self.con = duckdb.connect(config={"threads": max(1, os.cpu_count() or 1), "preserve_insertion_order": False})
@@ -277,7 +278,9 @@ class Lake:
                 f"--data-path) says {data}: point it at the lake's data, or unset it to use the recorded path"
             )
         own = Path(self.data_path)
-        if own.is_dir() and any(own.iterdir()):  # moved or copied: the data came along
+        # A local catalog lives in `root`: when `root/data` holds files, catalog and data moved
+        # together. A PostgreSQL catalog is shared, so its recorded path is the truth.
+        if self.catalog.kind != "postgres" and own.is_dir() and any(own.iterdir()):
             override = [*options, f"DATA_PATH {_sql_literal(data)}", "OVERRIDE_DATA_PATH true"]
             self.con.execute(f"{attach} ({', '.join(override)})")
         else:  # made with its data elsewhere (another folder, s3://): use the recorded path
@@ -338,14 +341,21 @@ class Lake:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """All writes inside commit together or not at all, and no other writer commits in between."""
+        """All writes inside commit together or not at all, and no other writer commits in between.
+        A transaction opened inside another joins it (commits or rolls back with it)."""
+        if self._in_transaction:
+            yield
+            return
         with self._writing():
             self.con.execute("BEGIN TRANSACTION")
+            self._in_transaction = True
             try:
                 yield
             except BaseException:
+                self._in_transaction = False
                 self.con.execute("ROLLBACK")
                 raise
+            self._in_transaction = False
             self.con.execute("COMMIT")
 
     # -- writes --------------------------------------------------------------------
