@@ -43,7 +43,7 @@ install_python_packages() {
     # torch first and on its own, so no other package picks its build. VIEWMILL_TORCH_INDEX
     # chooses one (the GPU image: PyTorch's CUDA index); by default pip's own choice.
     .venv/bin/pip install -q --disable-pip-version-check ${VIEWMILL_TORCH_INDEX:+--index-url "$VIEWMILL_TORCH_INDEX"} torch==2.13.0
-    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]"
+    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[all,test]"
     echo "$want" > "$stamp"
   fi
 }

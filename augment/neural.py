@@ -18,6 +18,8 @@ from viewmill.augment.models import load_once
 from viewmill.storage.files import build_dir_atomically
 from viewmill.storage.ids import dir_fingerprint, fingerprint
 
+from viewmill.extras import require
+
 # ISO 639-1 -> FLORES-200 codes used by NLLB.
 NLLB_CODES = {
     "en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn", "es": "spa_Latn", "ca": "cat_Latn", "it": "ita_Latn",
@@ -245,7 +247,7 @@ def ct2_cache_dir() -> Path:
 
 def convert_to_ct2(ref: str, revision: str, model_type: str) -> Path:
     """Convert once per model revision into the cache (weights kept float32; quantised at load)."""
-    import ctranslate2
+    ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
 
     target = ct2_cache_dir() / fingerprint(ref, revision)[:20]
     if (target / "model.bin").is_file():
@@ -278,7 +280,7 @@ class CT2Engine(_Seq2SeqEngine):
         max_batch_tokens: int = 4096,
     ) -> None:
         super().__init__(ref, src, tgt, max_batch_tokens)
-        import ctranslate2
+        ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
 
         self.compute_type = compute_type or ("int8" if device == "cpu" else "float16")
         if self.compute_type not in CT2_TYPES:
@@ -291,7 +293,7 @@ class CT2Engine(_Seq2SeqEngine):
         self.revision = f"{self.revision}:{self.compute_type}"  # ... but quantisation changes outputs
 
     def _load(self) -> tuple[Any, list[list[str]] | None]:
-        import ctranslate2
+        ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
 
         model_dir = convert_to_ct2(self.ref, self._hf_revision, self.hf_config.model_type)
         threads = max(1, os.cpu_count() or 1)
@@ -312,7 +314,7 @@ class CT2Engine(_Seq2SeqEngine):
         return load_once("ctranslate2", self.ref, self.device, self.compute_type, self._load)[1]
 
     def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
-        import ctranslate2
+        ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
 
         sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in batch_ids]
         target = self.family.target_token(tgt)

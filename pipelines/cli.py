@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from viewmill.augment.engines import EngineError
 from viewmill.augment.ingest import CorpusError
 from viewmill.pipelines import lake_cli
@@ -25,6 +26,7 @@ from viewmill.train.encoder import EncoderError
 from viewmill.train.evaluate import EvalDataError
 
 from viewmill import __version__
+from viewmill.extras import MissingExtraError, missing_extra
 
 # Results go to stdout (`console`); progress, status and errors to stderr (`err_console`),
 # so `viewmill sql ... --format csv > out.csv` and pipes get the result and nothing else.
@@ -33,7 +35,8 @@ console = Console(width=None if sys.stdout.isatty() else 240)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
 USER_ERRORS = (
-    RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError, PrefectServerError, OutputError
+    RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError, PrefectServerError, OutputError,
+    MissingExtraError,
 )  # fmt: skip
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEBUG_ENV = "VIEWMILL_DEBUG"
@@ -121,11 +124,14 @@ def _open_lake(state_dir: Path | None, catalog: str | None) -> Lake:
 
 def _fail(exc: Exception, code: int = EXIT_USAGE) -> None:
     """One message on stderr, then exit: EXIT_USAGE for bad input, EXIT_FAILED for a run that failed."""
+    missing = missing_extra(exc)
+    if missing is not None:  # an optional package this install lacks: name the extra that brings it
+        exc, code = missing, EXIT_USAGE
     known = isinstance(exc, (*USER_ERRORS, ValueError))
     message = str(exc) if known else f"{type(exc).__name__}: {exc}"
     if code == EXIT_FAILED:
         message = f"failed: {message} (VIEWMILL_DEBUG=1 shows the traceback)"
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
     raise typer.Exit(code)
 
 

@@ -21,6 +21,8 @@ import polars as pl
 import pyarrow as pa
 from viewmill.storage.schema import PARTITIONS, TABLES
 
+from viewmill.extras import require
+
 CATALOG_NAME = "lake"
 CATALOG_ENV = "VIEWMILL_CATALOG"
 DATA_PATH_ENV = "VIEWMILL_DATA_PATH"
@@ -160,8 +162,7 @@ class WriterLock:
     def acquire(self) -> None:
         if self.catalog.kind == "postgres":
             if self._pg is None or self._pg.closed:
-                import psycopg
-
+                psycopg = require("psycopg", "a PostgreSQL catalog's writer lock")
                 self._pg = psycopg.connect(self.catalog.target, autocommit=True)
             self._pg.execute(f"SELECT pg_advisory_lock({self.KEY})")
         else:
