@@ -1,0 +1,105 @@
+"""A model directory and its `models` row agree whatever point a run is killed at, and two
+runs never train one model at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+from viewmill.pipelines.cli import app
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext, run_recipe, train_stage
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import Lake
+from viewmill.train.config import TrainConfig
+from viewmill.train.export import CRASH_ENV, ModelBusyError, is_complete_model, model_lock, read_manifest
+from viewmill.train.loop import train_model
+
+from tests.conftest import SENTENCES, needs_apertium
+
+TRAIN = """
+import json, sys
+from pathlib import Path
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext, train_stage
+from viewmill.pipelines.state import StatePaths
+ctx = RunContext(load_recipe(sys.argv[1]), StatePaths(Path(sys.argv[2])))
+result = train_stage(ctx, sys.argv[3], sys.argv[4])
+print(json.dumps({k: result[k] for k in ("path", "reused", "model_id", "selected_step")}))
+"""
+
+
+@pytest.fixture
+def snapshot_state(tmp_path, tiny_recipe):
+    """A lake with the tiny recipe's pairs snapshot and no model yet."""
+    state = StatePaths(tmp_path / "state")
+    summary = run_recipe(RunContext(load_recipe(tiny_recipe), state), train=False)
+    return tiny_recipe, state, summary["snapshot"]
+
+
+def _train(recipe: Path, state: StatePaths, snap: dict, crash: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    if crash:
+        env[CRASH_ENV] = crash
+    args = [sys.executable, "-c", TRAIN, str(recipe), str(state.root), snap["name"], snap["content_hash"]]
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+
+
+def _models(state: StatePaths) -> list[dict]:
+    with Lake(state.lake, read_only=True) as lake:
+        return lake.arrow("SELECT model_id, path FROM models").to_pylist()
+
+
+@needs_apertium
+@pytest.mark.parametrize("point", ["export-partial", "exported", "recorded"])
+def test_a_kill_at_any_point_of_publishing_loses_no_lineage(snapshot_state, point):
+    recipe, state, snap = snapshot_state
+    killed = _train(recipe, state, snap, crash=point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    published = [p for p in state.models.iterdir() if is_complete_model(p) and not p.name.endswith(".staged")]
+    assert published == [], "no model is in place before its row is recorded"
+    assert len(_models(state)) == (1 if point == "recorded" else 0)
+    again = _train(recipe, state, snap)
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = json.loads(again.stdout.strip().splitlines()[-1])
+    # A complete staged export is recorded and published, not trained again.
+    assert result["reused"] is (point != "export-partial")
+    assert _models(state) == [{"model_id": result["model_id"], "path": result["path"]}]
+    assert read_manifest(Path(result["path"]))["model_id"] == result["model_id"]
+    assert not Path(result["path"] + ".staged").exists()
+    assert result["selected_step"] == 4
+
+
+@needs_apertium
+def test_a_second_run_on_a_model_in_training_is_refused(snapshot_state):
+    recipe, state, snap = snapshot_state
+    ctx = RunContext(load_recipe(recipe), state)
+    first = train_stage(ctx, snap["name"], snap["content_hash"])
+    path = Path(first["path"])
+    with model_lock(path):  # as a run in progress holds it
+        with pytest.raises(ModelBusyError, match=f"another run is training the model {path}"):
+            train_stage(ctx, snap["name"], snap["content_hash"])
+        args = ["train", str(recipe), "--snapshot", snap["name"], "--no-prefect", "--state-dir", str(state.root)]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 1 and "another run is training the model" in result.output
+        assert "Traceback" not in result.output
+    assert train_stage(ctx, snap["name"], snap["content_hash"])["reused"] is True  # lock released: reused
+    assert len(_models(state)) == 1
+
+
+def test_train_model_refuses_checkpoints_another_run_holds(tmp_path, tiny_model):
+    config = TrainConfig(steps=2, batch_size=8, head_warmup_steps=1, predictor_k=2)
+    pairs = [(s, s.lower()) for s in SENTENCES]
+    out = tmp_path / "model"
+    held = model_lock(out.with_name("model.checkpoint"), "checkpoints of")
+    with held, pytest.raises(ModelBusyError, match="another run is training the checkpoints of"):
+        train_model(pairs, str(tiny_model), config, out, card={})
+    assert not out.exists()
+    train_model(pairs, str(tiny_model), config, out, card={})
+    assert is_complete_model(out)
