@@ -39,7 +39,7 @@ def nested_as_json_text(table: pa.Table) -> pa.Table:
     with duckdb.connect() as con:
         con.register("result", table.select(nested))
         select = ", ".join(f"to_json(#{n + 1})::VARCHAR" for n in range(len(nested)))
-        encoded = con.execute(f"SELECT {select} FROM result").fetch_arrow_table()
+        encoded = con.execute(f"SELECT {select} FROM result").to_arrow_table()
     for n, i in enumerate(nested):
         table = table.set_column(i, pa.field(table.schema.field(i).name, pa.string()), encoded.column(n))
     return table

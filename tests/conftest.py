@@ -104,10 +104,15 @@ def write_sts_fixture(path: Path) -> Path:
 @pytest.fixture
 def tiny_recipe(tmp_path, tiny_model) -> Path:
     """A complete recipe over 20 sentences, real Apertium, the tiny model and an STS fixture."""
-    corpus = tmp_path / "corpus.txt"
+    return write_tiny_recipe(tmp_path, tiny_model)
+
+
+def write_tiny_recipe(folder: Path, tiny_model: Path) -> Path:
+    """tiny.yaml in `folder`, beside its corpus and STS fixture (what the `tiny_recipe` fixture returns)."""
+    corpus = folder / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n\n" + SENTENCES[0] + "\n", encoding="utf-8")
-    sts = write_sts_fixture(tmp_path / "sts.csv")
-    recipe = tmp_path / "tiny.yaml"
+    sts = write_sts_fixture(folder / "sts.csv")
+    recipe = folder / "tiny.yaml"
     recipe.write_text(
         f"""
 name: tiny

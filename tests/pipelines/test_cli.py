@@ -1,13 +1,20 @@
+import csv
+import io
 import json
+import subprocess
+import sys
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.stages import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import Lake
 
-from tests.conftest import needs_apertium
+from tests.conftest import needs_apertium, write_tiny_recipe
 
 runner = CliRunner()
 
@@ -97,3 +104,151 @@ def test_a_malformed_dask_address_names_the_form_to_use():
 
     with pytest.raises(RecipeError, match="write local:N"):
         task_runner("local:two")
+
+
+# --- version, -h, stdout/stderr and exit codes (issue 15) ---
+
+
+@pytest.fixture(scope="module")
+def read_lake(tmp_path_factory, tiny_model):
+    """One lake for the read-only tests below (they never write to it)."""
+    folder = tmp_path_factory.mktemp("read-lake")
+    state = StatePaths(folder / "state")
+    summary = run_recipe(RunContext(load_recipe(write_tiny_recipe(folder, tiny_model)), state))
+    return state, summary
+
+
+def _command_paths(command, prefix=()):
+    yield prefix
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _command_paths(sub, (*prefix, name))
+
+
+def test_version_and_h_work_on_every_command():
+    from typer.main import get_command
+
+    from viewmill import __version__
+
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.stdout == f"viewmill {__version__}\n"
+    paths = list(_command_paths(get_command(app)))
+    assert {("sql",), ("run",), ("lake",), ("lake", "export")} <= set(paths)
+    for path in paths:
+        short = runner.invoke(app, [*path, "-h"], prog_name="viewmill")
+        assert short.exit_code == 0, (path, short.output)
+        assert f"Usage: viewmill {' '.join(path)}".rstrip() in short.stdout, (path, short.stdout)
+        assert short.stdout == runner.invoke(app, [*path, "--help"], prog_name="viewmill").stdout
+
+
+def _viewmill(*args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("viewmill")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
+
+
+NESTED_QUERY = "SELECT view_id, augmenter, provenance, quality FROM views ORDER BY view_id"
+
+
+@needs_apertium
+def test_sql_csv_and_json_stdout_hold_the_result_and_nothing_else(read_lake):
+    state, _ = read_lake
+    with Lake(state.lake, read_only=True) as lake:
+        expected = lake.arrow(NESTED_QUERY).to_pylist()
+    assert len(expected) == 40
+    as_csv = _viewmill("sql", NESTED_QUERY, "--state-dir", str(state.root), "--format", "csv")
+    assert as_csv.returncode == 0, as_csv.stderr
+    lines = as_csv.stdout.splitlines()
+    assert lines[0] == "view_id,augmenter,provenance,quality"
+    rows = list(csv.reader(io.StringIO(as_csv.stdout)))
+    assert len(rows) == 41 and all(len(row) == 4 for row in rows)
+    for row, want in zip(rows[1:], expected, strict=True):
+        assert row[:2] == [want["view_id"], want["augmenter"]]
+        assert json.loads(row[2])["engines"] == want["provenance"]["engines"]
+        quality = json.loads(row[3])
+        assert quality["chrf_to_source"] == pytest.approx(want["quality"]["chrf_to_source"])
+        assert set(quality) == set(want["quality"])
+    as_json = _viewmill("sql", NESTED_QUERY, "--state-dir", str(state.root), "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    objects = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert len(objects) == 40 and as_json.stdout.endswith("}\n")
+    assert [o["view_id"] for o in objects] == [w["view_id"] for w in expected]
+    assert objects[0]["provenance"]["engines"] == expected[0]["provenance"]["engines"]
+    assert objects[0]["quality"]["chrf_to_source"] == pytest.approx(expected[0]["quality"]["chrf_to_source"])
+
+
+@needs_apertium
+def test_sql_writes_parquet_keeping_nested_types(read_lake, tmp_path):
+    import pyarrow.parquet as pq
+
+    state, _ = read_lake
+    out = tmp_path / "views.parquet"
+    args = ["sql", NESTED_QUERY, "--state-dir", str(state.root), "--format", "parquet"]
+    written = runner.invoke(app, [*args, "--output", str(out)])
+    assert written.exit_code == 0, written.output
+    assert written.stdout == "" and "wrote 40 row(s)" in written.stderr
+    table = pq.read_table(out)
+    assert table.num_rows == 40 and pa.types.is_struct(table.schema.field("quality").type)
+    assert pa.types.is_list(table.schema.field("provenance").type.field("engines").type)
+    assert [p.name for p in tmp_path.iterdir()] == ["views.parquet"]  # no temporary file left
+    to_stdout = runner.invoke(app, args)
+    assert to_stdout.exit_code == 2 and "add --output FILE" in to_stdout.stderr and to_stdout.stdout == ""
+    table_to_file = runner.invoke(app, ["sql", "SELECT 1", "--state-dir", str(state.root), "-o", str(out)])
+    assert table_to_file.exit_code == 2 and "--output needs --format csv, json or parquet" in table_to_file.stderr
+    as_csv = runner.invoke(app, [*args[:-1], "csv", "--output", str(tmp_path / "views.csv")])
+    assert as_csv.exit_code == 0 and len((tmp_path / "views.csv").read_text().splitlines()) == 41
+    table = runner.invoke(app, ["sql", NESTED_QUERY + " LIMIT 1", "--state-dir", str(state.root)])
+    assert table.exit_code == 0 and '"chrf_to_source":' in table.stdout and "1 row(s)" in table.stdout
+
+
+def test_usage_errors_exit_2_on_every_command_kind(tmp_path):
+    for args in (["nope"], ["run", "--nope"], ["sql"], ["sql", "SELECT 1", "--format", "xml"],
+                 ["lake", "export"], ["lake", "snapshots", "--nope"], ["eval"]):  # fmt: skip
+        result = runner.invoke(app, args, prog_name="viewmill")
+        assert result.exit_code == 2, (args, result.output)
+        assert "Usage: viewmill" in result.stderr and result.stdout == "", args
+
+
+def test_bad_input_exits_2_with_one_message(tmp_path, monkeypatch):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: r\ncorpus: {files: [x.txt]}\naugmenters: []\npair: {view_a: a, view_b: b}\n")
+    cases = {
+        "sql": ["sql", "SELECT 1", "--state-dir", str(tmp_path / "none")],
+        "lake": ["lake", "snapshots", "--state-dir", str(tmp_path / "none")],
+        "train": ["train", str(recipe), "--state-dir", str(tmp_path / "s")],
+        "serve": ["serve", str(tmp_path / "missing.yaml"), "--state-dir", str(tmp_path / "s")],
+        "eval": ["eval", "embedded:nope", "--suite", str(tmp_path / "missing.yaml"), "--state-dir", str(tmp_path)],
+    }
+    for kind, args in cases.items():
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (kind, result.output)
+        assert result.stderr.startswith("error: ") and result.stdout == "", (kind, result.output)
+        assert "Traceback" not in result.output
+
+
+@needs_apertium
+def test_a_run_that_fails_after_its_checks_exits_1_and_is_recorded(state_with_run, tiny_recipe):
+    state, _ = state_with_run
+    args = ["run", str(tiny_recipe), "--no-prefect", "--state-dir", str(state.root), "--set", "train.batch_size=64"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "error: failed: the snapshot has 20 pairs, fewer than one batch of 64" in result.stderr
+    assert "Traceback" not in result.output
+    with Lake(state.lake, read_only=True) as lake:
+        last = lake.arrow("SELECT status, error FROM runs ORDER BY started_at DESC LIMIT 1").to_pylist()[0]
+    assert last["status"] == "failed" and "fewer than one batch of 64" in last["error"]
+
+
+@needs_apertium
+def test_an_unexpected_error_in_any_command_exits_1_without_a_traceback(read_lake, tmp_path, monkeypatch):
+    state, summary = read_lake
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    # The export's folder cannot be made (a file is in the way): an OSError no command expects.
+    args = ["lake", "export", summary["snapshot"]["name"], str(blocker / "p.parquet"), "--state-dir", str(state.root)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("error: failed: FileExistsError: ") and "Traceback" not in result.output
+    assert result.stdout == ""
+    monkeypatch.setenv("VIEWMILL_DEBUG", "1")
+    debug = runner.invoke(app, args)
+    assert debug.exit_code == 1 and isinstance(debug.exception, FileExistsError)
