@@ -16,6 +16,7 @@ from viewmill.storage.data_registry import BY_NAME, DATASETS
 data_app = typer.Typer(
     help="Public evaluation and training data sets: list them, fetch them into the data directory.",
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 console = Console(width=None if sys.stdout.isatty() else 240)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
