@@ -91,7 +91,8 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
     evaluation files and the encoder. Nothing here touches the lake.
     """
     recipe = ctx.recipe
-    check_not_orphaned(ctx.state.lake)  # a data folder without its catalog is never replaced by a new lake
+    settings = ctx.settings  # a data folder without its catalog is never replaced by a new lake
+    check_not_orphaned(ctx.state.lake, catalog=settings.catalog_spec(), data_path=settings.data_path)
     stats = ctx.corpus().stats
     for spec in recipe.augmenters:
         make_producer(spec).close()  # engines, language directions, WordNet
