@@ -20,6 +20,7 @@ from viewmill.pipelines.prefect_cli import deploy, server_app
 from viewmill.pipelines.prefect_env import PrefectServerError
 from viewmill.pipelines.recipe import RecipeError, load_recipe, load_suite
 from viewmill.pipelines.state import StatePaths
+from viewmill.pipelines.views_cli import views_app
 from viewmill.storage.lake import CATALOG_ENV, Lake, LakeError
 from viewmill.storage.settings import Settings
 from viewmill.train.encoder import EncoderError
@@ -83,6 +84,7 @@ lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True, context_s
 app.add_typer(lake_app, name="lake")
 app.add_typer(data_app, name="data")
 app.add_typer(server_app, name="server")
+app.add_typer(views_app, name="views")
 app.command()(deploy)
 
 

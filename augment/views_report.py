@@ -1,0 +1,275 @@
+"""Which views help: per augmenter, what was kept and rejected (and why), how close the
+views stay to their source (chrF, length ratio, cosine under an encoder), how diverse they
+are (share identical to the source, self-BLEU against the sentence's other views) and a
+sample, as Markdown plus PNG histograms.
+
+The counts and stored quality figures are one SQL query over the lake (`stats_sql`), so
+`viewmill sql` gives the same numbers; self-BLEU and cosine are computed here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from sacrebleu.metrics import BLEU
+from viewmill.storage.lake import Lake, LakeError
+
+Key = tuple[str, str]  # (augmenter, config hash prefix)
+Encode = Callable[[list[str]], np.ndarray]  # texts -> one embedding per row
+
+# Views of the snapshot's corpus version (every sentence it paired from), or of the whole lake;
+# sentences may list one text under several corpora, hence DISTINCT (one row per view).
+_SCOPE = """
+scoped AS (
+    SELECT v.*, s.text AS source FROM views v
+    JOIN (SELECT DISTINCT sentence_id, text FROM sentences) s USING (sentence_id)
+    WHERE {where}
+)"""
+_IN_SNAPSHOT = (
+    "v.sentence_id IN (SELECT m.sentence_id FROM corpus_members m JOIN snapshots p USING (corpus_version) "
+    "WHERE p.snapshot = {snapshot})"
+)
+_STATS = """
+SELECT augmenter, left(config_hash, 8) AS config, any_value(method) AS method, any_value(path) AS path,
+    count(*) AS views,
+    count(*) FILTER (WHERE status = 'kept') AS kept,
+    count(*) FILTER (WHERE status = 'rejected') AS rejected,
+    round(avg(quality.chrf_to_source) FILTER (WHERE status = 'kept'), 2) AS chrf_mean,
+    round(median(quality.chrf_to_source) FILTER (WHERE status = 'kept'), 2) AS chrf_median,
+    round(avg(quality.length_ratio) FILTER (WHERE status = 'kept'), 3) AS length_ratio_mean,
+    round(avg(quality.identical_to_source::INT) FILTER (WHERE status = 'kept'), 4) AS identical_share
+FROM scoped GROUP BY augmenter, config_hash ORDER BY augmenter, config"""
+_REASONS = """
+SELECT augmenter, left(config_hash, 8) AS config, reject_reason, count(*) AS n
+FROM scoped WHERE status = 'rejected' GROUP BY ALL ORDER BY augmenter, config, n DESC, reject_reason"""
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _with_scope(body: str, snapshot: str | None) -> str:
+    where = _IN_SNAPSHOT.format(snapshot=_literal(snapshot)) if snapshot else "true"
+    return "WITH" + _SCOPE.format(where=where) + body
+
+
+def stats_sql(snapshot: str | None = None) -> str:
+    """Per augmenter: views, kept, rejected, chrF and length ratio of kept views, share identical."""
+    return _with_scope(_STATS, snapshot).strip()
+
+
+def reasons_sql(snapshot: str | None = None) -> str:
+    """Per augmenter: rejected views by reason."""
+    return _with_scope(_REASONS, snapshot).strip()
+
+
+@dataclass
+class AugmenterReport:
+    augmenter: str
+    config: str
+    method: str
+    path: str
+    views: int
+    kept: int
+    rejected: int
+    chrf_mean: float | None
+    chrf_median: float | None
+    length_ratio_mean: float | None
+    identical_share: float | None
+    reasons: dict[str, int] = field(default_factory=dict)
+    self_bleu: float | None = None  # mean BLEU of a view against the sentence's other views
+    self_bleu_n: int = 0
+    cosine_mean: float | None = None
+    cosine_n: int = 0
+    chrf: list[float] = field(default_factory=list)
+    length_ratio: list[float] = field(default_factory=list)
+    cosine: list[float] = field(default_factory=list)
+    examples: list[dict[str, str | None]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.augmenter} ({self.path})"
+
+
+@dataclass
+class ViewsReport:
+    snapshot: str | None
+    augmenters: list[AugmenterReport]
+    encoder: str | None = None
+
+
+def _kept_views(lake: Lake, snapshot: str | None):
+    sql = _with_scope(
+        "\nSELECT augmenter, left(config_hash, 8) AS config, method, sentence_id, source, text, "
+        "quality.chrf_to_source AS chrf, quality.length_ratio AS length_ratio FROM scoped WHERE status = 'kept' "
+        "ORDER BY augmenter, config, hash(sentence_id), sentence_id",
+        snapshot,
+    )
+    return lake.polars(sql)
+
+
+def _examples(lake: Lake, snapshot: str | None, per_augmenter: int) -> dict[tuple[str, str], list[dict]]:
+    """A few kept and rejected views per augmenter, chosen by a hash of the sentence id (stable)."""
+    sql = _with_scope(
+        "\nSELECT augmenter, left(config_hash, 8) AS config, status, reject_reason, source, text FROM ("
+        " SELECT *, row_number() OVER (PARTITION BY augmenter, config_hash, status"
+        " ORDER BY hash(sentence_id), sentence_id) AS k FROM scoped)"
+        f" WHERE k <= CASE status WHEN 'kept' THEN {per_augmenter} ELSE {max(1, per_augmenter // 2)} END"
+        " ORDER BY augmenter, config, status, k",
+        snapshot,
+    )
+    out: dict[tuple[str, str], list[dict]] = {}
+    for row in lake.arrow(sql).to_pylist():
+        out.setdefault((row.pop("augmenter"), row.pop("config")), []).append(row)
+    return out
+
+
+def self_bleu(views_by_sentence: dict[str, dict[Key, str]]) -> dict[Key, list[float]]:
+    """For every sentence with two or more views: each view's sentence BLEU against the other
+    views as references (higher: the views repeat each other). Keyed by the view's augmenter."""
+    bleu = BLEU(effective_order=True)
+    scores: dict[Key, list[float]] = {}
+    for views in views_by_sentence.values():
+        if len(views) < 2:
+            continue
+        for name, text in views.items():
+            others = [t for n, t in views.items() if n != name]
+            scores.setdefault(name, []).append(bleu.sentence_score(text, others).score)
+    return scores
+
+
+def _cosines(encode: Encode, sources: list[str], views: list[str]) -> list[float]:
+    emb = encode(sources + views)
+    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    a, b = emb[: len(sources)], emb[len(sources) :]
+    return [float(x) for x in (a * b).sum(axis=1)]
+
+
+def build_report(
+    lake: Lake,
+    snapshot: str | None = None,
+    *,
+    encode: Encode | None = None,
+    encoder_name: str | None = None,
+    cosine_sample: int = 1000,
+    examples: int = 3,
+) -> ViewsReport:
+    """The report over the snapshot's corpus (or every view in the lake). Cosine is computed
+    for up to `cosine_sample` kept views per augmenter when `encode` is given."""
+    if snapshot and lake.scalar("SELECT count(*) FROM snapshots WHERE snapshot = ?", [snapshot]) == 0:
+        known = [r[0] for r in lake.con.execute("SELECT snapshot FROM snapshots ORDER BY created_at").fetchall()]
+        raise LakeError(f"no pairs snapshot named '{snapshot}' (known: {', '.join(known) or 'none'})")
+    rows = lake.arrow(stats_sql(snapshot)).to_pylist()
+    if not rows:
+        where = f"snapshot {snapshot}'s corpus" if snapshot else "the lake"
+        raise LakeError(f"{where} has no views yet: run a recipe (viewmill run RECIPE) first")
+    reports = {(r["augmenter"], r["config"]): AugmenterReport(**r) for r in rows}
+    for r in lake.arrow(reasons_sql(snapshot)).to_pylist():
+        reports[(r["augmenter"], r["config"])].reasons[r["reject_reason"]] = r["n"]
+    for key, sample in _examples(lake, snapshot, examples).items():
+        reports[key].examples = sample
+
+    kept = _kept_views(lake, snapshot)
+    by_sentence: dict[str, dict[Key, str]] = {}
+    for (augmenter, config), group in kept.group_by(["augmenter", "config"], maintain_order=True):
+        report = reports[(augmenter, config)]
+        report.chrf = group["chrf"].to_list()
+        report.length_ratio = group["length_ratio"].to_list()
+        if group["method"][0] != "identity":  # the source itself: chrF already says how close
+            for sid, text in zip(group["sentence_id"], group["text"], strict=True):
+                by_sentence.setdefault(sid, {})[(augmenter, config)] = text
+        if encode is not None:
+            head = group.head(cosine_sample)
+            report.cosine = _cosines(encode, head["source"].to_list(), head["text"].to_list())
+            report.cosine_n = len(report.cosine)
+            report.cosine_mean = round(float(np.mean(report.cosine)), 4)
+    for key, scores in self_bleu(by_sentence).items():
+        report = reports[key]
+        report.self_bleu, report.self_bleu_n = round(float(np.mean(scores)), 2), len(scores)
+    return ViewsReport(snapshot, list(reports.values()), encoder_name if encode is not None else None)
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def to_markdown(report: ViewsReport, figures: Sequence[str] = ()) -> str:
+    scope = f"snapshot `{report.snapshot}` (its corpus)" if report.snapshot else "every view in the lake"
+    lines = [
+        f"# Views report: {scope}",
+        "",
+        "Quality figures are over kept views. Self-BLEU: a view's BLEU against the same sentence's views",
+        "from the other augmenters (identity excluded); lower means more diverse.",
+        f"Cosine to source: {report.encoder or 'not computed (no encoder)'}.",
+        "",
+        "| augmenter | path | views | kept | rejected | chrF mean | chrF median | length ratio | identical "
+        "| self-BLEU | cosine (n) |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in report.augmenters:
+        shared = sum(x.augmenter == r.augmenter for x in report.augmenters) > 1
+        name = f"{r.augmenter} [{r.config}]" if shared else r.augmenter
+        cosine = f"{_fmt(r.cosine_mean, 3)} ({r.cosine_n})" if r.cosine_n else "–"
+        lines.append(
+            f"| {name} | {r.path} | {r.views} | {r.kept} | {r.rejected} | {_fmt(r.chrf_mean)} | {_fmt(r.chrf_median)} "
+            f"| {_fmt(r.length_ratio_mean, 3)} | {_fmt(r.identical_share, 3)} | {_fmt(r.self_bleu)} | {cosine} |"
+        )
+    lines += ["", "## Rejections", ""]
+    for r in report.augmenters:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in r.reasons.items()) or "none"
+        lines.append(f"- {r.augmenter}: {reasons}")
+    if figures:
+        lines += ["", "## Histograms (kept views)", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
+    lines += ["", "## Examples", ""]
+    for r in report.augmenters:
+        lines.append(f"### {r.augmenter} ({r.path})")
+        lines.append("")
+        for ex in r.examples:
+            status = "kept" if ex["status"] == "kept" else f"rejected: {ex['reject_reason']}"
+            lines.append(f"- source: {ex['source']}\n  view ({status}): {ex['text'] or '(empty)'}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_histograms(report: ViewsReport, folder: Path) -> list[Path]:
+    """One PNG per figure (chrF, length ratio, cosine when computed), augmenters overlaid."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = [("chrf", "chrF to source", (0, 100)), ("length_ratio", "length ratio (view / source)", (0, 2.5))]
+    if any(r.cosine for r in report.augmenters):
+        figures.append(("cosine", f"cosine to source ({report.encoder})", (-0.2, 1.0)))
+    written = []
+    for attr, title, limits in figures:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        bins = np.linspace(*limits, 41)
+        for r, color in zip(report.augmenters, itertools.cycle(plt.rcParams["axes.prop_cycle"].by_key()["color"]),
+                            strict=False):  # fmt: skip
+            values = np.clip(getattr(r, attr), *limits)
+            if len(values):
+                ax.hist(values, bins=bins, histtype="step", linewidth=1.5, color=color, label=r.label, density=True)
+        ax.set_xlabel(title)
+        ax.set_ylabel("density")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = folder / f"{attr}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_report(report: ViewsReport, folder: Path) -> Path:
+    """report.md and its PNG histograms in `folder`; returns the Markdown file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = write_histograms(report, folder)
+    path = folder / "report.md"
+    path.write_text(to_markdown(report, [str(f) for f in figures]), encoding="utf-8")
+    return path
