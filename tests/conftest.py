@@ -16,6 +16,9 @@ os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="viewmill-prefect-")
 os.environ["DO_NOT_TRACK"] = "1"
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("PREFECT_API_URL", None)
+# A `viewmill run` subprocess leaves its state's temporary Prefect server up for the next run:
+# in tests it stops after 2 idle minutes instead of 30.
+os.environ.setdefault("VIEWMILL_PREFECT_IDLE_S", "120")
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -118,7 +118,7 @@ def test_a_sigkilled_run_leaves_only_the_reusable_server_and_the_next_run_reuses
     home = state / "prefect"
     marker = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_") and k != "PREFECT_PROFILE"}
-    env["VIEWMILL_TEST_MARK"] = marker
+    env.update(VIEWMILL_TEST_MARK=marker, VIEWMILL_PREFECT_IDLE_S="1800")  # up between the runs, however slow
     args = [*CLI, "run", str(tiny_recipe), "--state-dir", str(state)]
     try:
         _kill_reuse_stop(args, env, marker, state)
