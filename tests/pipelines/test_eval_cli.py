@@ -1,10 +1,15 @@
 """`viewmill eval`: several models and their baselines on a suite, side by side."""
 
+from pathlib import Path
+
 from typer.testing import CliRunner
 from viewmill.pipelines.cli import app
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 
-from tests.conftest import SENTENCES, write_sts_fixture
+from tests.conftest import SENTENCES, needs_apertium, write_sts_fixture
 
 runner = CliRunner()
 
@@ -65,3 +70,64 @@ def test_eval_with_a_broken_suite_names_the_field(tmp_path, tiny_model):
     missing.write_text("tasks:\n  - {name: x, format: senteval-sts, path: nowhere}\n", encoding="utf-8")
     result = runner.invoke(app, ["eval", str(tiny_model), "--suite", str(missing), "--state-dir", str(tmp_path)])
     assert result.exit_code == 2 and "STS folder not found" in result.output
+
+
+def _sts_suite(tmp_path):
+    """STS16 (two subsets) and the STS-B fixture: quick to score."""
+    _suite(tmp_path)
+    suite = tmp_path / "sts-suite.yaml"
+    suite.write_text(
+        "tasks:\n"
+        "  - {name: STS16, format: senteval-sts, path: STS16-en-test}\n"
+        "  - {name: fixture, format: stsb, path: sts.csv}\n",
+        encoding="utf-8",
+    )
+    return suite
+
+
+def test_re_evaluation_replaces_its_rows(tmp_path, tiny_model):
+    suite = _sts_suite(tmp_path)
+    state = tmp_path / "state"
+    args = ["eval", str(tiny_model), "--suite", str(suite), "--state-dir", str(state), "--out", str(tmp_path / "r"),
+            "--no-baselines"]  # fmt: skip
+    query = "SELECT model, task, subset, metric, value, run_id FROM evals ORDER BY task, subset"
+    assert runner.invoke(app, args).exit_code == 0
+    with Lake(state / "lake", read_only=True) as lake:
+        first = lake.arrow(query).to_pylist()
+    gold = tmp_path / "STS16-en-test" / "STS.gs.b.txt"
+    gold.write_text("5\n1\n4\n2\n", encoding="utf-8")  # new gold scores: STS16 is scored again
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    with Lake(state / "lake", read_only=True) as lake:
+        second = lake.arrow(query).to_pylist()
+        duplicates = lake.arrow(
+            "SELECT model, task, subset, metric FROM evals GROUP BY ALL HAVING count(*) > 1"
+        ).num_rows
+    assert duplicates == 0 and len(second) == len(first) == 5  # STS16 a, b, all, mean + fixture all
+    assert [r for r in second if r["task"] == "fixture"] == [r for r in first if r["task"] == "fixture"]
+    redone = {r["subset"]: r for r in second if r["task"] == "STS16"}
+    before = {r["subset"]: r for r in first if r["task"] == "STS16"}
+    assert redone["b"]["value"] != before["b"]["value"] and redone["b"]["run_id"] != before["b"]["run_id"]
+
+
+@needs_apertium
+def test_eval_never_writes_into_the_model_and_joins_its_lineage(tmp_path, tiny_recipe):
+    state = StatePaths(tmp_path / "state")
+    summary = run_recipe(RunContext(load_recipe(tiny_recipe), state), evaluate=False)
+    model = Path(summary["train"]["path"])
+
+    def contents():
+        return {p.relative_to(model): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+
+    before = contents()
+    args = ["eval", str(model), "--suite", str(_sts_suite(tmp_path)), "--state-dir", str(state.root),
+            "--out", str(tmp_path / "reports")]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert contents() == before, "evaluation leaves the model directory (card included) as it was"
+    assert len(list((tmp_path / "reports").glob("eval-*.md"))) == 1
+    with Lake(state.lake, read_only=True) as lake:
+        joined = lake.arrow(
+            "SELECT DISTINCT m.model_id, m.path FROM evals e JOIN models m ON m.model_id = e.model"
+        ).to_pylist()
+    assert joined == [{"model_id": summary["train"]["model_id"], "path": str(model)}]
