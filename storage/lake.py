@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import duckdb
 import filelock
 import polars as pl
 import pyarrow as pa
+from pydantic import SecretStr
 from viewmill.storage.schema import PARTITIONS, TABLES
 
 from viewmill.extras import require
@@ -111,7 +113,9 @@ class Catalog:
     `duckdb` (one process at a time) or `postgres:<libpq conninfo>` (several machines)."""
 
     kind: str
-    target: str  # a file path, or a PostgreSQL connection string
+    target: str  # a file path, or a PostgreSQL connection string without its password
+    # Kept apart so that no message, repr or connection string the catalog makes holds it.
+    password: SecretStr | None = dataclass_field(default=None, compare=False)
 
     @classmethod
     def parse(cls, spec: str | None, root: Path) -> Catalog:
@@ -121,12 +125,13 @@ class Catalog:
             return cls("duckdb", str(legacy)) if legacy.exists() else cls("sqlite", str(root / "catalog.sqlite"))
         kind, _, target = spec.partition(":")
         if kind == "postgres" and target.strip():
-            return cls("postgres", target.strip())
+            target, password = _split_password(target.strip())
+            return cls("postgres", target, password)
         if kind in ("sqlite", "duckdb"):
             default = root / ("catalog.sqlite" if kind == "sqlite" else "catalog.ducklake")
             return cls(kind, target or str(default))
         raise LakeError(
-            f"catalog '{spec}' is not understood: use sqlite[:PATH], duckdb[:PATH] or "
+            f"catalog '{redact(spec)}' is not understood: use sqlite[:PATH], duckdb[:PATH] or "
             f"postgres:dbname=... host=... (set with --catalog or {CATALOG_ENV})"
         )
 
@@ -140,6 +145,29 @@ class Catalog:
 
     def exists(self) -> bool:
         return self.kind == "postgres" or Path(self.target).exists()
+
+
+_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)|(://[^:/@\s]*:)[^@\s]*@", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """`text` with any libpq password (password=..., or user:password@ in a URI) masked."""
+    return _PASSWORD.sub(lambda m: f"{m[1]}***" if m[1] else f"{m[3]}***@", text)
+
+
+def _split_password(conninfo: str) -> tuple[str, SecretStr | None]:
+    """A libpq connection string without its password, and the password (libpq's own parser)."""
+    from psycopg import conninfo as pq
+
+    try:
+        params = pq.conninfo_to_dict(conninfo)
+    except Exception:  # libpq quotes the string, password included: say nothing of it
+        raise LakeError(
+            f"the PostgreSQL catalog connection string '{redact(conninfo)}' cannot be parsed: write it as "
+            "libpq key=value pairs, e.g. postgres:'dbname=viewmill host=db user=viewmill'"
+        ) from None
+    password = params.pop("password", None)
+    return pq.make_conninfo(**params), SecretStr(str(password)) if password else None
 
 
 class WriterLock:
@@ -163,7 +191,9 @@ class WriterLock:
         if self.catalog.kind == "postgres":
             if self._pg is None or self._pg.closed:
                 psycopg = require("psycopg", "a PostgreSQL catalog's writer lock")
-                self._pg = psycopg.connect(self.catalog.target, autocommit=True)
+                password = self.catalog.password.get_secret_value() if self.catalog.password else None
+                extra = {"password": password} if password else {}
+                self._pg = psycopg.connect(self.catalog.target, autocommit=True, **extra)
             self._pg.execute(f"SELECT pg_advisory_lock({self.KEY})")
         else:
             if self._file is None:
@@ -242,6 +272,11 @@ class Lake:
         if self.data_path.startswith("s3://"):
             self.con.execute(f"LOAD {_sql_literal(str(extension_path('httpfs')))}")
             self.con.execute(s3_secret_sql())
+        if self.catalog.password is not None:  # libpq gets it from a (temporary, redacted) DuckDB secret
+            secret = _sql_literal(self.catalog.password.get_secret_value())
+            # The default postgres secret: the one an ATTACH without its own SECRET option uses.
+            sql = f"CREATE OR REPLACE TEMPORARY SECRET __default_postgres (TYPE postgres, PASSWORD {secret})"
+            self.con.execute(sql)
         # Small commits still become Parquet files, so the data stays plain Parquet.
         options = ["READ_ONLY"] if self.read_only else ["DATA_INLINING_ROW_LIMIT 0"]
         if self.catalog.kind == "sqlite":
@@ -256,7 +291,7 @@ class Lake:
                     f"the lake at {self.root} is locked by another process (a run in progress with a duckdb "
                     "catalog?): wait for it to finish, or use the sqlite catalog, which lets readers in"
                 ) from exc
-            raise LakeError(f"cannot open the lake catalog {self.catalog.uri}: {exc}") from exc
+            raise LakeError(f"cannot open the lake catalog {self.catalog.uri}: {redact(str(exc))}") from None
         self.con.execute(f"USE {CATALOG_NAME}")
 
     def _attach_with_data_path(self, options: list[str]) -> None:

@@ -32,9 +32,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def postgres_server(database: str = "viewmill") -> Iterator[str]:
+def postgres_server(database: str = "viewmill", password: str | None = None) -> Iterator[str]:
     """Start a throw-away server; yields a libpq connection string for `database`.
 
+    With `password`, TCP logins need it (scram-sha-256) and the string leaves it out.
     PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user.
     """
     bindir = postgres_bin()
@@ -48,11 +49,17 @@ def postgres_server(database: str = "viewmill") -> Iterator[str]:
     def run(*cmd: str) -> None:
         subprocess.run([*as_user, *cmd], check=True, capture_output=True, cwd=workdir)
 
-    run(str(bindir / "initdb"), "-D", str(data), "-U", "viewmill", "--auth=trust", "-E", "UTF8")
+    auth = ["--auth=trust"]
+    if password is not None:
+        (workdir / "pw").write_text(password + "\n")
+        if as_user:
+            shutil.chown(workdir / "pw", "postgres")
+        auth = ["--auth-host=scram-sha-256", "--auth-local=trust", f"--pwfile={workdir / 'pw'}"]
+    run(str(bindir / "initdb"), "-D", str(data), "-U", "viewmill", *auth, "-E", "UTF8")
     options = f"-c listen_addresses=127.0.0.1 -p {port} -k {workdir} -c fsync=off -c max_connections=50"
     run(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(workdir / "log"), "-w", "start")
     try:
-        run(str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "viewmill", database)
+        run(str(bindir / "createdb"), "-h", str(workdir), "-p", str(port), "-U", "viewmill", database)
         yield f"dbname={database} host=127.0.0.1 port={port} user=viewmill"
     finally:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
