@@ -139,11 +139,20 @@ def ensure(home: Path, *, idle_s: int | None = None, timeout: float = START_TIME
         )
 
 
+def _started_at(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
 def take_lease(home: Path, pid: int | None = None) -> Path:
-    """Mark this process as a user of the server: it stays up while the process lives."""
-    lease = _leases(home) / str(pid or os.getpid())
+    """Mark a process (default: this one) as a user of the server: it stays up while the
+    process lives. The lease holds the process's start time, so a recycled pid does not count."""
+    pid = pid or os.getpid()
+    lease = _leases(home) / str(pid)
     lease.parent.mkdir(parents=True, exist_ok=True)
-    lease.touch()
+    lease.write_text(str(_started_at(pid)), encoding="utf-8")
     return lease
 
 
@@ -151,7 +160,12 @@ def live_leases(home: Path) -> list[int]:
     """The pids of live processes holding a lease; leases of dead ones (a SIGKILLed run) are removed."""
     alive = []
     for lease in _leases(home).glob("*"):
-        if lease.name.isdigit() and psutil.pid_exists(int(lease.name)):
+        started = _started_at(int(lease.name)) if lease.name.isdigit() else None
+        try:
+            same = started is not None and lease.read_text(encoding="utf-8") == str(started)
+        except OSError:
+            same = False
+        if same:
             alive.append(int(lease.name))
         else:
             lease.unlink(missing_ok=True)

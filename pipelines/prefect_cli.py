@@ -68,12 +68,12 @@ def deploy(
     from viewmill.pipelines import deploy as deploying
     from viewmill.pipelines.prefect_env import connect_prefect
 
-    err_console.print(connect_prefect(None), highlight=False)
     prefect_file = prefect_file.resolve()
-    try:
+    try:  # bad input is refused before any server is asked
         deployments = deploying.read_deployments(prefect_file)
     except deploying.DeployError as exc:
         raise typer.BadParameter(str(exc), param_hint="--prefect-file") from None
+    err_console.print(connect_prefect(None), highlight=False)
     created = deploying.ensure_gpu_limit(gpu_limit)
     err_console.print(f"gpu concurrency limit: {'created with ' + str(gpu_limit) if created else 'already set'}")
     if create_pools:

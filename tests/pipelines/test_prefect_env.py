@@ -92,3 +92,26 @@ def test_leases_of_dead_runs_are_dropped_and_stop_refuses_while_a_run_holds_one(
     assert local_server.read_record(home) == local_server.LocalServer("http://127.0.0.1:9/api", dead)
     assert local_server.stop(home, force=True) == local_server.LocalServer("http://127.0.0.1:9/api", dead)
     assert local_server.read_record(home) is None and local_server.stop(home) is None
+
+
+def test_a_lease_whose_pid_was_recycled_does_not_keep_the_server_up(tmp_path):
+    home = tmp_path / "prefect"
+    lease = local_server.take_lease(home)
+    lease.write_text("12.5", encoding="utf-8")  # another process that once had this pid
+    assert local_server.live_leases(home) == [] and not lease.exists()
+
+
+def test_server_commands_without_a_server_and_deploy_of_a_missing_file(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+    from viewmill.pipelines.cli import app
+
+    runner = CliRunner()
+    state = str(tmp_path / "state")
+    status = runner.invoke(app, ["server", "status", "--state-dir", state])
+    assert status.exit_code == 0
+    assert f"no temporary Prefect server answers for {tmp_path}/state/prefect" in status.output
+    stopped = runner.invoke(app, ["server", "stop", "--state-dir", state])
+    assert stopped.exit_code == 0 and "no temporary Prefect server recorded" in stopped.output
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    missing = runner.invoke(app, ["deploy", "--prefect-file", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2 and "cannot read" in missing.output and "nope.yaml" in missing.output
