@@ -9,6 +9,14 @@ padded to opus-mt-en-de's 58,101 entries.
 
 With `--device cuda`: hf float32/float16/bfloat16 against ctranslate2 float16/bfloat16/
 int8_float16 on 1,024 sentences, then sentences/s per batch size for the fastest of each.
+
+With `--ragged`: the demo corpus's real sentences (their own length distribution, output
+lengths not pinned: each decodes until EOS or its max_length_ratio), through viewmill's
+own engines (`HFEngine` float32, `CT2Engine` int8: length-sorted batches packed to a
+token budget, outputs in input order), greedy and beam 4, `--runs` times each, reporting
+min/median/max seconds and the ct2/hf speed-up per run.
+
+    .venv/bin/python benchmarks/mt_engines.py --ragged [--sentences 1000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -103,6 +111,42 @@ def _timed(run, device: str) -> float:
     return time.perf_counter() - start
 
 
+def ragged(args, model_dir: Path) -> None:
+    """hf float32 against ctranslate2 int8 through viewmill's engines, on unpinned lengths."""
+    import statistics
+
+    import torch
+    from viewmill.augment.engines import DecodingSpec
+    from viewmill.augment.neural import CT2Engine, HFEngine, length_batches
+
+    texts = demo_sentences(args.sentences or 1000)
+    hf = HFEngine(str(model_dir), "en", "de", compute_type="float32", max_batch_tokens=args.budget)
+    ct2 = CT2Engine(str(model_dir), "en", "de", compute_type="int8", max_batch_tokens=args.budget)
+    lengths = [len(hf.tokenizer(t)["input_ids"]) for t in texts]
+    batches = length_batches(lengths, args.budget)
+    print(f"CPU, {torch.get_num_threads()} threads; {len(texts)} demo sentences, source tokens "
+          f"min {min(lengths)} median {statistics.median(lengths)} max {max(lengths)}; "
+          f"{len(batches)} length-sorted batches of <= {args.budget} padded tokens")  # fmt: skip
+    ct2.translate(texts[:8], "en", "de", DecodingSpec())  # conversion and loading, untimed
+    for beam in (1, 4):
+        decoding = DecodingSpec(beam_size=beam, max_length_ratio=args.max_length_ratio)
+        runs: dict[str, list[float]] = {"hf float32": [], "ctranslate2 int8": []}
+        for _ in range(args.runs):
+            for label, engine in (("hf float32", hf), ("ctranslate2 int8", ct2)):
+                start = time.perf_counter()
+                out = engine.translate(texts, "en", "de", decoding)
+                runs[label].append(time.perf_counter() - start)
+                assert len(out) == len(texts) and all(len(h) == 1 for h in out)
+                print(f"beam {beam} {label:<17} {runs[label][-1]:7.2f} s  {len(texts) / runs[label][-1]:7.1f} "
+                      "sentences/s", flush=True)  # fmt: skip
+        ratios = [h / c for h, c in zip(runs["hf float32"], runs["ctranslate2 int8"], strict=True)]
+        for label, seconds in runs.items():
+            print(f"beam {beam} {label}: min {min(seconds):.2f} median {statistics.median(seconds):.2f} "
+                  f"max {max(seconds):.2f} s")  # fmt: skip
+        print(f"beam {beam} speed-up ct2 int8 / hf float32 per run: min {min(ratios):.2f}x "
+              f"median {statistics.median(ratios):.2f}x max {max(ratios):.2f}x")  # fmt: skip
+
+
 def cut(texts: list[str], size: int) -> list[list[str]]:
     return [texts[i : i + size] for i in range(0, len(texts), size)]
 
@@ -118,7 +162,15 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--sweep", default="16,32,64,128,256", help="GPU: batch sizes for sentences/s")
+    parser.add_argument("--ragged", action="store_true", help="real sentence lengths through viewmill's engines")
+    parser.add_argument("--runs", type=int, default=3, help="--ragged: repeats of each engine and beam")
+    parser.add_argument("--budget", type=int, default=4096, help="--ragged: padded tokens per batch")
+    parser.add_argument("--max-length-ratio", type=float, default=1.5, help="--ragged: output tokens per source token")
     args = parser.parse_args()
+    if args.ragged:
+        with tempfile.TemporaryDirectory() as tmp:
+            ragged(args, build_marian(Path(tmp), demo_sentences(3000)))
+        return
     device = args.device
     n_sentences = args.sentences or (64 if device == "cpu" else 1024)
     texts = demo_sentences(n_sentences)
