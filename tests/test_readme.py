@@ -1,0 +1,151 @@
+"""Every shell and SQL block of README.md runs, against a lake this module builds, so the
+README cannot drift from what viewmill does.
+
+A block that needs what a test cannot have here (a GPU, the network, a long run, a server)
+carries an HTML comment on the line right before its fence, saying why:
+
+    <!-- skip-test: needs a GPU -->
+
+Any other shell block (bash, sh, shell, console) runs in bash with `set -euo pipefail`;
+an SQL block runs through `viewmill sql`. A block fails the test when it exits non-zero
+or when a query in it prints `0 row(s)`: every documented query returns rows. A fence
+without a language fails too (label it, e.g. `text`, so its kind is known).
+
+The lake is built once, with the tiny recipe of tests/conftest.py (real Apertium round
+trips, a tiny random-weight encoder), and the README's names are replaced before a block
+runs: `recipes/demo.yaml` by that recipe, `.viewmill/` by the lake's state folder,
+SNAPSHOT by its pairs snapshot and MODEL by its trained model. Blocks run in README
+order in a scratch folder that links the repository's top-level entries (`.venv`,
+`recipes`, ...), so files they write stay out of the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+
+import pytest
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.state import StatePaths
+
+from tests.conftest import REPO, needs_apertium, write_tiny_recipe
+
+README = REPO / "README.md"
+SHELLS = {"bash", "sh", "shell", "console"}
+RUNNABLE = SHELLS | {"sql"}
+SKIP = re.compile(r"^<!--\s*skip-test:\s*(?P<reason>\S.*?)\s*-->$")
+FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int  # 1-based line of the opening fence
+    lang: str
+    text: str
+    skip: str | None  # the reason, when the block is marked
+
+
+def readme_blocks(text: str) -> list[Block]:
+    """Every fenced block of a Markdown text, with the skip-test reason written right before it."""
+    lines = text.splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if not opening:
+            i += 1
+            continue
+        close = re.compile(rf"^\s*{re.escape(opening['fence'])}\s*$")
+        end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), None)
+        if end is None:
+            raise ValueError(f"README.md line {i + 1}: a fenced block that never closes")
+        before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        marked = SKIP.match(before)
+        body = "\n".join(line.removeprefix(opening["indent"]) for line in lines[i + 1 : end])
+        blocks.append(Block(i + 1, opening["lang"].lower(), body, marked["reason"] if marked else None))
+        i = end + 1
+    return blocks
+
+
+BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+
+
+def test_the_readme_has_runnable_blocks_and_every_fence_says_its_language():
+    unlabeled = [b.line for b in BLOCKS if not b.lang]
+    assert not unlabeled, f"README.md: fenced blocks without a language at lines {unlabeled}"
+    assert sum(b.lang in RUNNABLE and b.skip is None for b in BLOCKS) >= 5
+
+
+def test_block_discovery_reads_marks_languages_and_indented_fences():
+    text = (
+        "x\n<!-- skip-test: needs a GPU -->\n\n```bash\nnvidia-smi\n```\n"
+        "  ```sql\n  SELECT 1\n  ```\n~~~\nplain\n~~~\n"
+    )
+    assert readme_blocks(text) == [
+        Block(4, "bash", "nvidia-smi", "needs a GPU"),
+        Block(7, "sql", "SELECT 1", None),
+        Block(10, "", "plain", None),
+    ]
+    with pytest.raises(ValueError, match="line 1: a fenced block that never closes"):
+        readme_blocks("```bash\nls\n")
+
+
+@pytest.fixture(scope="module")
+def readme_lake(tmp_path_factory, tiny_model):
+    """The lake the README's blocks query, the names they stand for, and a scratch folder."""
+    root = tmp_path_factory.mktemp("readme")
+    recipe = write_tiny_recipe(root, tiny_model)
+    state = StatePaths(root / "state")
+    summary = run_recipe(RunContext(load_recipe(recipe), state))
+    scratch = root / "work"
+    scratch.mkdir()
+    for entry in REPO.iterdir():
+        if entry.name not in {".git", ".viewmill"}:
+            (scratch / entry.name).symlink_to(entry)
+    names = {
+        "recipes/demo.yaml": str(recipe),
+        ".viewmill/": f"{state.root}/",
+        "SNAPSHOT": summary["snapshot"]["name"],
+        "MODEL": summary["train"]["path"],
+    }
+    return state, names, scratch
+
+
+def substitute(text: str, names: dict[str, str]) -> str:
+    for name, value in names.items():
+        pattern = rf"\b{re.escape(name)}\b" if name.isupper() else re.escape(name)
+        text = re.sub(pattern, value.replace("\\", "\\\\"), text)
+    return text
+
+
+def _environment(state: StatePaths) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"PREFECT_API_URL", "VIEWMILL_CATALOG", "VIRTUAL_ENV"}}
+    env["VIEWMILL_HOME"] = str(state.root)
+    env["PATH"] = f"{REPO / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@needs_apertium
+@pytest.mark.parametrize(
+    "block",
+    [
+        pytest.param(b, id=f"line-{b.line}", marks=pytest.mark.skip(reason=b.skip) if b.skip else ())
+        for b in BLOCKS
+        if b.lang in RUNNABLE
+    ],
+)
+def test_readme_block_runs(block, readme_lake):
+    state, names, scratch = readme_lake
+    body = substitute(block.text, names)
+    shell = ["bash", "-c", "set -euo pipefail\n" + body]
+    command = ["viewmill", "sql", body] if block.lang == "sql" else shell
+    result = subprocess.run(
+        command, cwd=scratch, env=_environment(state), capture_output=True, text=True, timeout=900
+    )
+    where = f"README.md line {block.line} ({block.lang})"
+    hint = "fix it, or mark it with <!-- skip-test: why --> if it needs a GPU, the network, a long run or a server"
+    assert result.returncode == 0, f"{where} exited {result.returncode}: {hint}\n{body}\n---\n{result.stderr[-3000:]}"
+    empty = re.search(r"^0 row\(s\)$", result.stdout, re.M)
+    assert not empty, f"{where}: a documented query returned no rows against the test lake\n{body}\n{result.stdout}"
