@@ -90,7 +90,9 @@ def write_stdout(table: pa.Table, fmt: OutputFormat, console: Console) -> None:
         sys.stdout.write(data.decode("utf-8"))
     else:
         sys.stdout.flush()
-        stream.write(data)
+        view = memoryview(data)
+        while view:  # a buffered write can stop short (a reader gone); the next one then raises
+            view = view[stream.write(view) :]
     sys.stdout.flush()
 
 

@@ -252,3 +252,17 @@ def test_an_unexpected_error_in_any_command_exits_1_without_a_traceback(read_lak
     monkeypatch.setenv("VIEWMILL_DEBUG", "1")
     debug = runner.invoke(app, args)
     assert debug.exit_code == 1 and isinstance(debug.exception, FileExistsError)
+
+
+@needs_apertium
+def test_a_reader_that_stops_early_ends_the_command_quietly(read_lake):
+    state, _ = read_lake
+    exe = Path(sys.executable).with_name("viewmill")
+    query = "SELECT * FROM range(2000000)"  # about 15 MB of CSV: far more than a pipe holds
+    args = [str(exe), "sql", query, "--state-dir", str(state.root), "--format", "csv"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout.read(6) == b"range\n"
+        proc.stdout.close()  # as `| head` does
+        stderr = proc.stderr.read().decode()
+        assert proc.wait(timeout=300) == 141, stderr  # 128 + SIGPIPE, as a Unix tool reports it
+    assert stderr == ""
