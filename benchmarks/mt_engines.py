@@ -17,6 +17,10 @@ token budget, outputs in input order), greedy and beam 4, `--runs` times each, r
 min/median/max seconds and the ct2/hf speed-up per run.
 
     .venv/bin/python benchmarks/mt_engines.py --ragged [--sentences 1000] [--runs 3]
+
+With `--bergamot`: en>pt>en round trips of the demo's first sentences (default 400) through
+the bergamot engine on 1 and 2 threads, `--runs` times: wall and CPU seconds, round trips
+identical to the source, peak memory (a leak would show as growth across runs).
 """
 
 from __future__ import annotations
@@ -147,6 +151,29 @@ def ragged(args, model_dir: Path) -> None:
               f"median {statistics.median(ratios):.2f}x max {max(ratios):.2f}x")  # fmt: skip
 
 
+def bergamot(args) -> None:
+    import os
+    import resource
+
+    from viewmill.augment.bergamot import BergamotEngine
+    from viewmill.augment.engines import DecodingSpec
+
+    texts, spec = demo_sentences(args.sentences or 400), DecodingSpec()
+    for run in range(args.runs):
+        for threads in (1, 2):
+            there, back = BergamotEngine("en", "pt", threads), BergamotEngine("pt", "en", threads)
+            there.translate(texts[:1], "en", "pt", spec), back.translate(["Olá."], "pt", "en", spec)  # load
+            wall, cpu = time.perf_counter(), time.process_time()
+            pt = [h[0] for h in there.translate(texts, "en", "pt", spec)]
+            en = [h[0] for h in back.translate(pt, "pt", "en", spec)]
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            same = sum(a == b for a, b in zip(texts, en, strict=True))
+            print(f"run {run + 1} threads {threads}: {len(texts)} round trips {wall:6.1f} s "
+                  f"({len(texts) / wall:5.1f}/s) {cpu:6.1f} CPU-s ({len(texts) / cpu:5.1f}/CPU-s) identical {same} "
+                  f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB "
+                  f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+
+
 def cut(texts: list[str], size: int) -> list[list[str]]:
     return [texts[i : i + size] for i in range(0, len(texts), size)]
 
@@ -166,7 +193,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="--ragged: repeats of each engine and beam")
     parser.add_argument("--budget", type=int, default=4096, help="--ragged: padded tokens per batch")
     parser.add_argument("--max-length-ratio", type=float, default=1.5, help="--ragged: output tokens per source token")
+    parser.add_argument("--bergamot", action="store_true", help="en>pt>en round trips through the bergamot engine")
     args = parser.parse_args()
+    if args.bergamot:
+        return bergamot(args)
     if args.ragged:
         with tempfile.TemporaryDirectory() as tmp:
             ragged(args, build_marian(Path(tmp), demo_sentences(3000)))
