@@ -266,3 +266,11 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(read_lake):
         stderr = proc.stderr.read().decode()
         assert proc.wait(timeout=300) == 141, stderr  # 128 + SIGPIPE, as a Unix tool reports it
     assert stderr == ""
+
+
+@needs_apertium
+def test_error_messages_print_brackets_as_written(read_lake):
+    state, _ = read_lake
+    result = runner.invoke(app, ["sql", 'SELECT "[/x] [bold]" FROM views', "--state-dir", str(state.root)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: query failed: ") and '"[/x] [bold]"' in result.stderr
