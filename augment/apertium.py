@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
 import threading
+import time
 import warnings
 from functools import cache
 from pathlib import Path
@@ -57,9 +59,13 @@ class ApertiumEngine:
     """
 
     name = "apertium"
+    # A batch gets a time limit from its size: no single sentence can stall a run (the batch
+    # is then halved until the slow sentence is alone, and that one is rejected as empty).
+    BATCH_SECONDS, SECONDS_PER_KB = 20.0, 2.0
 
-    def __init__(self, src: str, tgt: str) -> None:
+    def __init__(self, src: str, tgt: str, *, timeout_s: float | None = None) -> None:
         self.src, self.tgt = src, tgt
+        self.timeout_s = timeout_s  # None: from the batch size
         self.mode = self.mode_for(src, tgt)
         self.package = apertium_package(self.mode.split("-"))
         self.model = self.package
@@ -99,8 +105,16 @@ class ApertiumEngine:
         )
         return self._pipeline
 
+    def _limit(self, payload: bytes) -> float:
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return self.BATCH_SECONDS + self.SECONDS_PER_KB * len(payload) / 1024
+
     def _format(self, program: str, data: bytes) -> bytes:
-        proc = subprocess.run([program], input=data, capture_output=True, check=False)
+        try:
+            proc = subprocess.run([program], input=data, capture_output=True, check=False, timeout=self._limit(data))
+        except subprocess.TimeoutExpired:
+            raise EngineError(f"{program} took longer than {self._limit(data):.0f} s on one batch") from None
         if proc.returncode != 0:
             raise EngineError(
                 f"{program} failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')[:300]}"
@@ -114,7 +128,13 @@ class ApertiumEngine:
         writer = threading.Thread(target=_write_all, args=(pipeline.stdin, payload + b"\0"), daemon=True)
         writer.start()
         out = bytearray()
+        limit = self._limit(payload)
+        deadline = time.monotonic() + limit
         while not out.endswith(b"\0"):
+            ready, _, _ = select.select([pipeline.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                self.close()  # the pipeline may still be chewing: a fresh one serves the next batch
+                raise EngineError(f"the apertium {self.mode} pipeline took longer than {limit:.0f} s on one batch")
             chunk = os.read(pipeline.stdout.fileno(), 1 << 16)
             if not chunk:
                 self.close()

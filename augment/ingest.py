@@ -9,8 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 from sacremoses import MosesDetokenizer
 from viewmill.augment.readers import READERS, CorpusError, Malformed, RawLine, ReadOptions
+from viewmill.augment.sanitise import rejected_id, rejection, shown
 from viewmill.storage.ids import normalize_text, sentence_id
-from viewmill.storage.schema import NLI_PAIRS, SENTENCES
+from viewmill.storage.schema import NLI_PAIRS, REJECTED_SENTENCES, SENTENCES
 
 # Moses leaves Penn Treebank's split negations ("does n't", "ca n't") apart.
 _SPLIT_NEGATION = re.compile(r"(\w) n't\b")
@@ -30,6 +31,7 @@ class IngestStats:
     malformed: int = 0
     malformed_examples: list[str] = field(default_factory=list)
     nli_pairs: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)  # reason -> sentences (kept in rejected_sentences)
     per_file: dict[str, int] = field(default_factory=dict)
 
     def skip(self, record: Malformed) -> None:
@@ -43,6 +45,7 @@ class IngestResult:
     sentences: pa.Table
     stats: IngestStats
     nli_pairs: pa.Table  # empty unless links were asked for and the format has them
+    rejected: pa.Table = field(default_factory=lambda: REJECTED_SENTENCES.empty_table())
 
 
 def ingest(
@@ -74,13 +77,14 @@ def ingest(
 
     def clean(raw_text: str) -> str:
         text = normalize_text(raw_text)
-        if text and detok is not None:
+        if text and detok is not None and rejection(text) is None:
             text = normalize_text(_SPLIT_NEGATION.sub(r"\1n't", detok.detokenize(text.split())))
         return text
 
     stats = IngestStats()
     seen: set[str] = set()
     rows: list[dict] = []
+    rejected: dict[str, dict] = {}
     halves: dict[str, dict[str, tuple[str, RawLine]]] = {}
     for path in files:
         kept_before = stats.kept
@@ -102,6 +106,11 @@ def ingest(
             stats.lines += 1
             if not text:
                 stats.blank += 1
+                continue
+            reason = rejection(text)
+            if reason is not None:
+                stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
+                rejected.setdefault(rejected_id(text), _rejected_row(corpus, text, reason, raw, run_id))
                 continue
             n_words = len(text.split())
             if n_words < min_words:
@@ -142,14 +151,23 @@ def ingest(
         raise CorpusError(
             f"corpus '{corpus}' is empty after reading {len(files)} file(s) "
             f"({stats.lines} lines, {stats.blank} blank, {stats.too_short} shorter than "
-            f"{min_words} words, {stats.too_long} longer than {max_words}, {stats.malformed} malformed): "
+            f"{min_words} words, {stats.too_long} longer than {max_words}, {stats.malformed} malformed, "
+            f"{sum(stats.rejected.values())} rejected as unusable text {stats.rejected or ''}): "
             "point corpus.files at non-empty files or relax corpus.min_words/max_words"
         )
     links = nli_pair_rows(corpus, halves, run_id)
     stats.nli_pairs = len(links)
     return IngestResult(
-        pa.Table.from_pylist(rows, schema=SENTENCES), stats, pa.Table.from_pylist(links, schema=NLI_PAIRS)
+        pa.Table.from_pylist(rows, schema=SENTENCES),
+        stats,
+        pa.Table.from_pylist(links, schema=NLI_PAIRS),
+        pa.Table.from_pylist(list(rejected.values()), schema=REJECTED_SENTENCES),
     )
+
+
+def _rejected_row(corpus: str, text: str, reason: str, raw: RawLine, run_id: str) -> dict:
+    return {"corpus": corpus, "sentence_id": rejected_id(text), "text": shown(text), "length": len(text),
+            "reason": reason, "file": raw.file, "row": raw.row, "run_id": run_id}  # fmt: skip
 
 
 _SPLIT_IN_NAME = re.compile(r"(?:^|[_.-])(train|dev|test|validation)(_matched|_mismatched)?(?:$|[_.-])")

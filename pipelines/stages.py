@@ -107,6 +107,7 @@ def ingest_stage(ctx: RunContext) -> dict[str, Any]:
     with ctx.lake() as lake, lake.transaction():
         new = lake.append("sentences", corpus.sentences, unique_on=("corpus", "sentence_id"))
         new_links = lake.append("nli_pairs", corpus.nli_pairs, unique_on=("corpus", "pair_id"))
+        lake.append("rejected_sentences", corpus.rejected, unique_on=("corpus", "sentence_id"))
         ids = corpus.sentences["sentence_id"].to_pylist()
         version = record_corpus_version(lake, ctx.recipe.corpus_name, ids, ctx.run_id)
     return {
@@ -506,7 +507,7 @@ def _counts(summary: dict[str, Any]) -> dict[str, Any]:
         counts["ingest"] = {
             key: ingest[key]
             for key in ("lines", "duplicates", "too_short", "too_long", "blank", "malformed", "malformed_examples",
-                        "nli_pairs")
+                        "nli_pairs", "rejected")
         }  # fmt: skip
     for name, report in summary.get("augment", {}).items():
         counts[f"views.{name}"] = {k: report[k] for k in ("new_views", "kept", "rejected", "reasons", "cache")}

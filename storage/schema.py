@@ -209,8 +209,24 @@ SWEEPS = pa.schema(
     ]
 )
 
+# Sentences ingest refused (control characters, invalid Unicode, over-long tokens or text),
+# kept with their reason; `text` is escaped and cut short (augment/sanitise.py).
+REJECTED_SENTENCES = pa.schema(
+    [
+        ("corpus", pa.string()),
+        ("sentence_id", pa.string()),  # hash of the text as read
+        ("text", pa.string()),
+        ("length", pa.int64()),
+        ("reason", pa.string()),
+        ("file", pa.string()),
+        ("row", pa.int64()),
+        ("run_id", pa.string()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "sentences": SENTENCES,
+    "rejected_sentences": REJECTED_SENTENCES,
     "nli_pairs": NLI_PAIRS,
     "translations": TRANSLATIONS,
     "views": VIEWS,
