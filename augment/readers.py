@@ -50,6 +50,11 @@ Reader = Callable[[Path, ReadOptions], Iterator[Record]]
 
 
 def _require_file(path: Path) -> None:
+    if path.is_symlink() and not path.exists():  # a loop, or a link to nothing
+        raise CorpusError(
+            f"corpus file {path} is a symbolic link that leads nowhere (a loop, or its target is gone): "
+            "point corpus.files at the real file"
+        )
     if not path.is_file():
         fix = missing_hint(path) or " (fix the path in the recipe's corpus.files)"
         raise CorpusError(f"corpus file not found: {path}{fix}")
@@ -219,11 +224,18 @@ def read_csv(path: Path, options: ReadOptions) -> Iterator[Record]:
 
 def read_parquet(path: Path, options: ReadOptions) -> Iterator[Record]:
     """Parquet, streamed in record batches; the text is in `text_column`."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     column = _text_column(options, "parquet")
     _require_file(path)
-    parquet = pq.ParquetFile(path)
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorpusError(
+            f"{path} is not a readable Parquet file ({exc}): set corpus.format to the file's real format "
+            "(text, csv, nli-jsonl, ...) or convert it to Parquet"
+        ) from None
     if column not in parquet.schema_arrow.names:
         raise _missing_column(path, column, parquet.schema_arrow.names)
     row = 0

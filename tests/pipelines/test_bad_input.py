@@ -143,3 +143,24 @@ def test_ordinary_anchors_still_load(tmp_path):
     assert load_yaml("base: &b {x: 1}\nother: *b\nlist: [*b, *b]\n") == {
         "base": {"x": 1}, "other": {"x": 1}, "list": [{"x": 1}, {"x": 1}],
     }  # fmt: skip
+
+
+# -- 17: one message instead of a traceback ------------------------------------------------
+def test_a_symlink_loop_in_the_corpus_files_is_named(tmp_path, state):
+    loop = tmp_path / "loop.txt"
+    loop.symlink_to(tmp_path / "loop.txt")
+    result, out = _run(state, _recipe(tmp_path, f"{{files: [{loop}]}}"))
+    assert result.exit_code == 2
+    assert (
+        f"error: corpus file {loop} is a symbolic link that leads nowhere (a loop, or its target is gone): "
+        "point corpus.files at the real file"
+    ) in out
+
+
+def test_a_text_file_given_as_parquet_is_named(tmp_path, state):
+    fake = tmp_path / "corpus.parquet"
+    fake.write_text("A man plays a guitar.\n", encoding="utf-8")
+    result, out = _run(state, _recipe(tmp_path, f"{{format: parquet, files: [{fake}], text_column: text}}"))
+    assert result.exit_code == 2
+    assert f"error: {fake} is not a readable Parquet file (" in out
+    assert "): set corpus.format to the file's real format (text, csv, nli-jsonl, ...) or convert it to Parquet" in out
