@@ -132,7 +132,7 @@ def ragged(args, model_dir: Path) -> None:
           f"min {min(lengths)} median {statistics.median(lengths)} max {max(lengths)}; "
           f"{len(batches)} length-sorted batches of <= {args.budget} padded tokens")  # fmt: skip
     ct2.translate(texts[:8], "en", "de", DecodingSpec())  # conversion and loading, untimed
-    for beam in (1, 4):
+    for beam in (int(b) for b in args.beams.split(",")):
         decoding = DecodingSpec(beam_size=beam, max_length_ratio=args.max_length_ratio)
         runs: dict[str, list[float]] = {"hf float32": [], "ctranslate2 int8": []}
         for _ in range(args.runs):
@@ -191,6 +191,7 @@ def main() -> None:
     parser.add_argument("--sweep", default="16,32,64,128,256", help="GPU: batch sizes for sentences/s")
     parser.add_argument("--ragged", action="store_true", help="real sentence lengths through viewmill's engines")
     parser.add_argument("--runs", type=int, default=3, help="--ragged: repeats of each engine and beam")
+    parser.add_argument("--beams", default="1,4", help="--ragged: beam sizes, comma-separated")
     parser.add_argument("--budget", type=int, default=4096, help="--ragged: padded tokens per batch")
     parser.add_argument("--max-length-ratio", type=float, default=1.5, help="--ragged: output tokens per source token")
     parser.add_argument("--bergamot", action="store_true", help="en>pt>en round trips through the bergamot engine")
