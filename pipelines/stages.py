@@ -98,6 +98,8 @@ def preflight(ctx: RunContext) -> dict[str, Any]:
         make_producer(spec).close()  # engines, language directions, WordNet
     for task in recipe.eval_tasks():
         suite.check(task)
+    if recipe.train is not None:
+        distributed.check_device(recipe.train.device)
     encoder = resolve_encoder(recipe.train.encoder) if recipe.train is not None else None
     return {"sentences": stats.kept, "encoder": encoder}
 

@@ -27,8 +27,20 @@ def is_main() -> bool:
     return os.environ.get("RANK", "0") == "0"  # under torchrun before the group is joined
 
 
+def check_device(device: str) -> None:
+    """Refuse a CUDA device on a machine without one (before anything is loaded or written)."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        from viewmill.train.encoder import EncoderError
+
+        raise EncoderError(
+            f"train.device is '{device}' but this machine has no usable CUDA GPU (torch.cuda.is_available() is "
+            "False): set train.device: cpu (or --set train.device=cpu), or run on a GPU worker"
+        )
+
+
 def init_from_environment(device: str) -> str:
     """Join the process group torchrun describes; returns the device this rank uses."""
+    check_device(device)
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
         return device
     cuda = device.startswith("cuda")

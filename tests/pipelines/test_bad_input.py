@@ -164,3 +164,19 @@ def test_a_text_file_given_as_parquet_is_named(tmp_path, state):
     assert result.exit_code == 2
     assert f"error: {fake} is not a readable Parquet file (" in out
     assert "): set corpus.format to the file's real format (text, csv, nli-jsonl, ...) or convert it to Parquet" in out
+
+
+def test_a_cuda_device_without_a_gpu_is_refused_before_anything_is_written(tmp_path, state):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A man plays a guitar.\n", encoding="utf-8")
+    recipe = _recipe(tmp_path, f"{{files: [{corpus}]}}", "train: {encoder: embedded:all-MiniLM-L6-v2, device: cuda}\n")
+    result, out = _run(state, recipe)
+    assert result.exit_code == 2
+    assert (
+        "error: train.device is 'cuda' but this machine has no usable CUDA GPU (torch.cuda.is_available() is "
+        "False): set train.device: cpu (or --set train.device=cpu), or run on a GPU worker"
+    ) in out
