@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from viewmill.train.objectives import OBJECTIVES
 
+SGOPT_HEAD_LR = 5e-5  # SG-OPT paper: AdamW lr 5e-5 for BERT_T and the projection head
 PAPER_LR = 5e-4  # BSL paper: lr 5e-4 (1e-4..5e-4), Adam, batch 64, one epoch
 
 
@@ -87,6 +88,10 @@ class TrainConfig(BaseModel):
             )
         if self.temperature is None and entry.temperature is not None:
             self.temperature = entry.temperature
+        if self.objective == "sgopt" and self.preset == "safe" and "head_lr" not in self.model_fields_set:
+            # tau = 0.01 scales logits by 100: the fresh head at 1e-3 overshoots and the loss
+            # climbs (tests/train/test_sgopt_loss.py); the paper trains everything at 5e-5.
+            self.head_lr = SGOPT_HEAD_LR
         if self.grad_accumulation > 1:
             if not entry.accumulation:
                 raise ValueError(
