@@ -6,6 +6,8 @@ every commit is a DuckLake snapshot that can be time-travelled to.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import os
 import re
@@ -258,12 +260,13 @@ class Lake:
         self.con = duckdb.connect(config={"threads": max(1, os.cpu_count() or 1), "preserve_insertion_order": False})
         try:
             self._attach()
-        except BaseException:
-            self.con.close()
+            if not read_only:
+                with self._writing():
+                    self._create_tables()
+        except BaseException as exc:
+            self.close()
+            self._raise_if_disk_full(exc)
             raise
-        if not read_only:
-            with self._writing():
-                self._create_tables()
 
     def _attach(self) -> None:
         for name in ("ducklake", self.catalog.extension):
@@ -387,12 +390,29 @@ class Lake:
             self._in_transaction = True
             try:
                 yield
-            except BaseException:
+            except BaseException as exc:
                 self._in_transaction = False
-                self.con.execute("ROLLBACK")
+                with contextlib.suppress(duckdb.Error):  # a failed COMMIT may have ended it already
+                    self.con.execute("ROLLBACK")
+                self._raise_if_disk_full(exc)
                 raise
             self._in_transaction = False
-            self.con.execute("COMMIT")
+            try:
+                self.con.execute("COMMIT")
+            except duckdb.Error as exc:
+                self._raise_if_disk_full(exc)
+                raise
+
+    def _raise_if_disk_full(self, exc: BaseException) -> None:
+        full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or any(
+            sign in str(exc).lower() for sign in ("no space left on device", "database or disk is full")
+        )
+        if full:
+            where = f"{self.root} (catalog {self.catalog.target}, data {self.data_path})"
+            raise LakeError(
+                f"no space left on device while writing the lake at {where}: the write was rolled back and the "
+                "lake keeps its last commit; free space there (df -h) or move the state directory to a larger disk"
+            ) from None
 
     # -- writes --------------------------------------------------------------------
     def append(self, table: str, rows: pa.Table | pa.RecordBatchReader, unique_on: Sequence[str] = ()) -> int:

@@ -180,3 +180,45 @@ def test_a_cuda_device_without_a_gpu_is_refused_before_anything_is_written(tmp_p
         "error: train.device is 'cuda' but this machine has no usable CUDA GPU (torch.cuda.is_available() is "
         "False): set train.device: cpu (or --set train.device=cpu), or run on a GPU worker"
     ) in out
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 4 MiB tmpfs (needs the right to mount: root in the test container)."""
+    import subprocess
+
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield where
+    subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_full_disk_says_so_and_where_and_the_lake_keeps_its_last_commit(tmp_path, tiny_disk):
+    state = tiny_disk / "state"
+    small_lake(state / "lake")
+    before = lake_state(state / "lake")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A man plays a guitar.\nTwo dogs run in a field.\n", encoding="utf-8")
+    recipe = _recipe(tmp_path, f"{{files: [{corpus}]}}")
+    filler = tiny_disk / "filler"
+    with filler.open("wb") as out:  # take every free byte
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError:
+            pass
+    result = runner.invoke(app, ["run", str(recipe), "--no-prefect", "--state-dir", str(state)])
+    out = " ".join(result.output.split())
+    filler.unlink()
+    assert lake_state(state / "lake") == before
+    assert result.exit_code == 1 and "Traceback" not in out
+    lake = state / "lake"
+    assert (
+        f"error: failed: no space left on device while writing the lake at {lake} (catalog {lake}/catalog.sqlite, "
+        f"data {lake}/data): the write was rolled back and the lake keeps its last commit; free space there "
+        "(df -h) or move the state directory to a larger disk"
+    ) in out
