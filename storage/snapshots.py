@@ -24,17 +24,17 @@ class Snapshot:
 
 # What training reads of a pair (and its languages): the content hash covers exactly these.
 HASHED_COLUMNS = ("pair_id", "sentence_id", "text_a", "text_b", "lang_a", "lang_b")
+HASH_BATCH = 65536  # rows per hashed block: part of the hash's definition, never change it
 
 
 def pairs_content_hash(recipe: str, pairs: pa.Table) -> str:
     """Hash of the recipe and every pair's ids, texts and languages, in pair_id order: two
     snapshots with the same hash hand training the same bytes."""
     digest = xxhash.xxh3_128(canonical_json(recipe).encode("utf-8"))
-    ordered = pairs.select(list(HASHED_COLUMNS)).sort_by("pair_id")
-    for batch in ordered.to_batches(max_chunksize=65536):
-        for row in zip(*(column.to_pylist() for column in batch.columns), strict=True):
-            digest.update(canonical_json(row).encode("utf-8"))
-            digest.update(b"\n")
+    # One chunk first, so batch boundaries (and the hash) never depend on how the rows arrived.
+    ordered = pairs.select(list(HASHED_COLUMNS)).sort_by("pair_id").combine_chunks()
+    for batch in ordered.to_batches(max_chunksize=HASH_BATCH):
+        digest.update(canonical_json([column.to_pylist() for column in batch.columns]).encode("utf-8"))
     return digest.hexdigest()
 
 
