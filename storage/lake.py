@@ -407,6 +407,12 @@ class Lake:
         full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or any(
             sign in str(exc).lower() for sign in ("no space left on device", "database or disk is full")
         )
+        read_only_dir = self.root.is_dir() and not os.access(self.root, os.W_OK)
+        if not full and read_only_dir and isinstance(exc, duckdb.Error | OSError):
+            raise LakeError(
+                f"the lake directory {self.root} is read-only (the SQLite catalog needs to write even to be read): "
+                "make it writable, or copy the state directory somewhere writable and point --state-dir there"
+            ) from None
         if full:
             where = f"{self.root} (catalog {self.catalog.target}, data {self.data_path})"
             raise LakeError(

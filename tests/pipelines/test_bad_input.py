@@ -222,3 +222,25 @@ def test_a_full_disk_says_so_and_where_and_the_lake_keeps_its_last_commit(tmp_pa
         f"data {lake}/data): the write was rolled back and the lake keeps its last commit; free space there "
         "(df -h) or move the state directory to a larger disk"
     ) in out
+
+
+def test_a_read_only_state_directory_is_named_with_the_fix(tmp_path, tiny_disk):
+    import subprocess
+
+    state = tiny_disk / "state"
+    small_lake(state / "lake")
+    before = lake_state(state / "lake")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A man plays a guitar.\nTwo dogs run in a field.\n", encoding="utf-8")
+    recipe = _recipe(tmp_path, f"{{files: [{corpus}]}}")
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_disk)], check=True)  # read-only even for root
+    try:
+        run = runner.invoke(app, ["run", str(recipe), "--no-prefect", "--state-dir", str(state)])
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(tiny_disk)], check=True)
+    message = (
+        f"the lake directory {state / 'lake'} is read-only (the SQLite catalog needs to write even to be read): "
+        "make it writable, or copy the state directory somewhere writable and point --state-dir there"
+    )
+    assert run.exit_code == 1 and f"error: failed: {message}" in " ".join(run.output.split())
+    assert lake_state(state / "lake") == before
