@@ -40,16 +40,26 @@ def configured_server() -> PrefectTarget | None:
     api = os.environ.get("PREFECT_API_URL")
     if api:
         return PrefectTarget(api, "PREFECT_API_URL")
-    from prefect.settings import Settings, load_profiles
+    from prefect.settings import Settings
 
-    url = Settings().api.url
+    settings = Settings()  # built now: prefect's cached "current settings" may predate PREFECT_HOME
+    url = settings.api.url
     if not url:
         return None
-    profiles = load_profiles()
-    name = os.environ.get("PREFECT_PROFILE") or profiles.active_name
-    profile = profiles[name] if name in profiles.names else None
-    in_profile = profile is not None and any(s.name == "PREFECT_API_URL" for s in profile.settings)
+    profiles = _read_profiles(settings.profiles_path)
+    name = os.environ.get("PREFECT_PROFILE") or profiles.get("active") or "ephemeral"
+    in_profile = "PREFECT_API_URL" in profiles.get("profiles", {}).get(name, {})
     return PrefectTarget(url, f"profile {name!r}" if in_profile else "Prefect's settings files")
+
+
+def _read_profiles(path) -> dict:
+    """Prefect's profiles.toml as written (a missing file is no profiles)."""
+    import tomllib
+
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")) if path else {}
+    except FileNotFoundError:
+        return {}
 
 
 def check_prefect_server(target: PrefectTarget, timeout: float = 5.0) -> None:

@@ -75,8 +75,8 @@ def load_sentence_model(resolved: str, device: str = "cpu", pooling: str | None 
                 f"{resolved} needs its own code ({', '.join(unknown)}): viewmill does not run a model's code; "
                 "load it with SentenceTransformer(path, trust_remote_code=True) after reading that code"
             )
+        from viewmill.train.legacy_isbert import ReLUCNN as LegacyReLUCNN
         from viewmill.train.modeling_isbert import ReLUCNN
-        from viewmill.train.objectives import ReLUCNN as LegacyReLUCNN
 
         classes = {CNN_REF: ReLUCNN, **dict.fromkeys(LEGACY_CNN_REFS, LegacyReLUCNN)}
         # sentence-transformers' own hook for classes already imported (no trust_remote_code).

@@ -20,6 +20,7 @@ from viewmill.storage.registry import Registry, RegistryError
 from viewmill.train import modeling_isbert
 from viewmill.train.bsl import mean_pool
 from viewmill.train.distributed import gather_with_local_grad
+from viewmill.train.legacy_isbert import ReLUCNN  # noqa: F401  (the class path of IS-BERT exports before 0.2)
 
 
 def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -192,32 +193,6 @@ def opt3(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
     others = sim.masked_fill(torch.eye(n, dtype=torch.bool, device=c.device).unsqueeze(-1), float("-inf"))
     negatives = torch.logsumexp(others.reshape(n, -1), dim=-1, keepdim=True)  # (n, 1)
     return (torch.logaddexp(own, negatives) - own).mean()
-
-
-class ReLUCNN(modeling_isbert.ReLUCNN):
-    """IS-BERT's CNN in the format of models exported before they carried their own
-    modeling file (cnn.pt; modules.json names `train.objectives.ReLUCNN` or this class).
-    Kept so those models still load through `load_sentence_model`; new exports use
-    `modeling_isbert.ReLUCNN`."""
-
-    def save(self, output_path: str, *args, **kwargs) -> None:
-        import json
-        import os
-
-        with open(os.path.join(output_path, "cnn_config.json"), "w") as handle:
-            json.dump({"in_dim": self.in_dim, "filters": self.filters, "windows": list(self.windows)}, handle)
-        torch.save(self.state_dict(), os.path.join(output_path, "cnn.pt"))
-
-    @classmethod
-    def load(cls, input_path: str, *args, subfolder: str = "", **kwargs) -> ReLUCNN:
-        import json
-        import os
-
-        input_path = os.path.join(input_path, subfolder)  # sentence-transformers >= 5 passes the module's folder apart
-        with open(os.path.join(input_path, "cnn_config.json")) as handle:
-            module = cls(**json.load(handle))
-        module.load_state_dict(torch.load(os.path.join(input_path, "cnn.pt"), map_location="cpu", weights_only=True))
-        return module
 
 
 def jsd_mi_loss(global_: torch.Tensor, local: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
