@@ -102,12 +102,13 @@ def _load_tokenizer_and_config(ref: str):
     return AutoTokenizer.from_pretrained(ref), config
 
 
-def length_batches(lengths: list[int], max_batch_tokens: int) -> list[list[int]]:
-    """Indices sorted by length, packed so that (longest in batch) x (batch size) <= budget."""
+def length_batches(lengths: list[int], max_batch_tokens: int, parallel: int = 1) -> list[list[int]]:
+    """Indices sorted by length, packed so that (longest in batch) x (batch size) x `parallel`
+    (hypotheses decoded at once per sentence: the beam) <= budget."""
     batches: list[list[int]] = []
     current: list[int] = []
     for index in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        if current and lengths[index] * (len(current) + 1) > max_batch_tokens:
+        if current and lengths[index] * (len(current) + 1) * parallel > max_batch_tokens:
             batches.append(current)
             current = []
         current.append(index)
@@ -141,7 +142,10 @@ class _Seq2SeqEngine:
         # instead of failing or silently truncating the batch they are in.
         usable = [i for i, (text, tokens) in enumerate(zip(texts, ids, strict=True))
                   if text.strip() and len(tokens) <= self.max_source]  # fmt: skip
-        for batch in length_batches([len(ids[i]) for i in usable], self.max_batch_tokens):
+        # A beam of k decodes k hypotheses per sentence: the budget counts them all, so a
+        # beam-4 batch holds a quarter of a greedy one (memory and CPU cache stay bounded).
+        parallel = decoding.num_hypotheses if decoding.sampling else decoding.beam_size
+        for batch in length_batches([len(ids[i]) for i in usable], self.max_batch_tokens, parallel):
             members = [usable[b] for b in batch]
             hypotheses = self._generate([ids[i] for i in members], tgt, decoding)
             for i, hyps in zip(members, hypotheses, strict=True):

@@ -106,6 +106,9 @@ def test_length_batches_sort_and_respect_the_token_budget():
     assert sorted(i for b in batches for i in b) == list(range(6))
     assert all(max(lengths[i] for i in b) * len(b) <= 100 for b in batches)
     assert batches[0] == [0, 4, 2]
+    beams = length_batches(lengths, max_batch_tokens=400, parallel=4)  # a beam of 4: the same batches
+    assert beams == batches
+    assert length_batches([30, 30], max_batch_tokens=100, parallel=4) == [[0], [1]]  # one over: alone, not lost
 
 
 @pytest.mark.parametrize("family", ["m2m100", "nllb"])
