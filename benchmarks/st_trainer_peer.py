@@ -8,7 +8,7 @@ reports median step times, the summary min/median/max of the per-round ratios to
 peer. Timing covers the optimiser step only: tokenisation happens before it on both sides
 (viewmill pre-tokenises; the trainer's collator runs before `on_step_begin`).
 
-    .venv/bin/pip install -c constraints.txt accelerate   # the trainer needs it
+    (the trainer needs accelerate: the [bench] extra, in the quick start's [all])
     .venv/bin/python benchmarks/st_trainer_peer.py [--rounds 3] [--steps 8] [--warmup 2]
 """
 

@@ -21,9 +21,9 @@ def _names(requirements: list[str]) -> set[str]:
 
 def test_pyproject_has_ranges_only_and_the_extras_split_the_install():
     extras = PYPROJECT["optional-dependencies"]
-    optional = {"mt", "prefect", "postgres", "dask", "bergamot"}
+    optional = {"mt", "prefect", "postgres", "dask", "bergamot", "bench"}
     assert set(extras) == optional | {"test", "all"}
-    assert extras["all"] == ["viewmill[mt,prefect,postgres,dask,bergamot]"]
+    assert extras["all"] == ["viewmill[mt,prefect,postgres,dask,bergamot,bench]"]
     core = _names(PYPROJECT["dependencies"])
     for extra in optional:
         assert not core & _names(extras[extra]), extra

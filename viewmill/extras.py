@@ -1,7 +1,7 @@
 """viewmill's optional parts: which extra installs a missing package, in one message.
 
 The core install (`pip install viewmill`) holds the lake, Apertium views, training and
-evaluation; `[mt]`, `[prefect]`, `[postgres]`, `[dask]` and `[bergamot]` add the rest
+evaluation; `[mt]`, `[prefect]`, `[postgres]`, `[dask]`, `[bergamot]` and `[bench]` add the rest
 (`[all]`: every one).
 """
 
