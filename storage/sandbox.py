@@ -34,7 +34,7 @@ def check_read_only(query: str) -> None:
         if statement.type not in ALLOWED_STATEMENTS:
             kind = statement.type.name
             raise QueryRefused(
-                f"viewmill sql is read-only: a {kind} statement is not allowed ({statement.query.strip()[:60]!r}); "
+                f"viewmill sql is read-only: {kind} statements are not allowed ({statement.query.strip()[:60]!r}); "
                 "use SELECT (or DESCRIBE, SHOW, SUMMARIZE, EXPLAIN), and write files with `viewmill lake export`"
             )
 

@@ -44,7 +44,7 @@ def test_writes_attach_load_copy_and_settings_are_refused(state, query, kind):
     files_before = sorted(p.relative_to(state) for p in state.rglob("*"))
     result = _sql(state, query.format(lake=state / "lake"))
     assert result.exit_code == 2, result.output
-    assert f"viewmill sql is read-only: a {kind} statement is not allowed" in " ".join(result.output.split())
+    assert f"viewmill sql is read-only: {kind} statements are not allowed" in " ".join(result.output.split())
     assert "Traceback" not in result.output
     assert lake_state(state / "lake") == before
     assert sorted(p.relative_to(state) for p in state.rglob("*") if p.name != "writer.lock") == [
