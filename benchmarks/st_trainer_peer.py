@@ -22,11 +22,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext
-from viewmill.pipelines.state import StatePaths
+from demo_data import demo_sentences
 from viewmill.train.bsl import BSL
 from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import load_sentence_model, resolve_encoder
@@ -101,8 +100,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args()
     torch.set_num_threads(2)
-    texts = RunContext(load_recipe("recipes/demo.yaml"), StatePaths(Path("/nonexistent"))).corpus().sentences
-    texts = texts["text"].to_pylist()[: (args.steps + args.warmup) * args.batch]
+    texts = demo_sentences((args.steps + args.warmup) * args.batch)
     pairs = [(text, text.lower()) for text in texts]
     encoder = resolve_encoder("embedded:all-MiniLM-L6-v2")
     print(f"all-MiniLM-L6-v2, CPU ({torch.get_num_threads()} threads), batch {args.batch}, max length {MAX_LENGTH}, "
