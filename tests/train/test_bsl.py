@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from viewmill.train.batches import batches
 from viewmill.train.bsl import BSL, Predictor, mean_pool
-from viewmill.train.loop import batches, train_step
+from viewmill.train.optimisation import train_step
 
 
 class TinyEncoder(nn.Module):

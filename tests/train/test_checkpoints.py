@@ -73,7 +73,7 @@ def test_a_run_killed_mid_training_resumes_to_the_same_weights(tmp_path, tiny_mo
 
 
 def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path, tiny_model):
-    from viewmill.train.loop import Checkpoints
+    from viewmill.train.checkpoints import Checkpoints
 
     out = tmp_path / "model"
     stale = Checkpoints(out.with_name("model.checkpoint"), "another-configuration")

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from viewmill.train.loop import train_step
 from viewmill.train.objectives import Contrastive
+from viewmill.train.optimisation import train_step
 
 from tests.conftest import REPO, SENTENCES
 from tests.train.test_bsl import TinyEncoder, _batch

@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from viewmill.train.assembly import prepare
+from viewmill.train.batches import tokenize
 from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import load_sentence_model
 from viewmill.train.export import MANIFEST, export
-from viewmill.train.loop import make_optimizer, prepare, tokenize, train_model, train_step
+from viewmill.train.loop import train_model
+from viewmill.train.optimisation import make_optimizer, train_step
 
 from tests.conftest import REPO, SENTENCES
 

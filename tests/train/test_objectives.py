@@ -143,7 +143,7 @@ def test_isbert_trains_encoder_and_cnn_on_view_a_only():
 
 @pytest.mark.parametrize("kind", ["ntxent", "infonce"])
 def test_cached_gradient_accumulation_equals_the_whole_batch(kind):
-    from viewmill.train.loop import train_step
+    from viewmill.train.optimisation import train_step
 
     grads = []
     for pieces in (1, 4):
@@ -182,7 +182,7 @@ def test_bsl_accumulation_weights_pieces_by_their_pairs():
     import copy
 
     from viewmill.train.bsl import BSL
-    from viewmill.train.loop import train_step
+    from viewmill.train.optimisation import train_step
 
     torch.manual_seed(0)
     base = BSL(TinyEncoder(), dim=8, k=2)

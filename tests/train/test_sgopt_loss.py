@@ -4,9 +4,11 @@ tau = 0.01. At the paper's lr (viewmill's SG-OPT default head_lr) the loss falls
 
 import pytest
 import torch
+from viewmill.train.assembly import prepare
+from viewmill.train.batches import tokenize
 from viewmill.train.config import SGOPT_HEAD_LR, TrainConfig
 from viewmill.train.encoder import resolve_encoder
-from viewmill.train.loop import make_optimizer, prepare, tokenize, train_step
+from viewmill.train.optimisation import make_optimizer, train_step
 
 from tests.conftest import SENTENCES
 

@@ -1,0 +1,119 @@
+"""The optimiser, BSL's target momentum schedule and one training step (mixed precision,
+gradient accumulation, DDP)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from viewmill.train import distributed
+from viewmill.train.config import TrainConfig
+
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def make_optimizer(config: TrainConfig, objective: nn.Module) -> torch.optim.Optimizer:
+    head = objective.head_parameters()
+    head_ids = {id(p) for p in head}
+    encoder = [p for p in objective.parameters() if p.requires_grad and id(p) not in head_ids]
+    groups = [{"params": encoder, "lr": config.encoder_lr, "name": "encoder"}]
+    if head:
+        groups.append({"params": head, "lr": config.head_lr, "name": "head"})
+    if config.objective == "sgopt":  # the paper's AdamW with beta2 = 0.9
+        return torch.optim.AdamW(groups, betas=(0.9, 0.9), weight_decay=0.0)
+    return torch.optim.Adam(groups)
+
+
+def target_momentum(config: TrainConfig, step: int) -> float:
+    """BSL's EMA momentum at `step` (1-based): constant, or BYOL's cosine increase from
+    `momentum` at the first step to 1 at the last."""
+    if config.momentum_schedule == "constant" or config.steps <= 1:
+        return config.momentum
+    progress = (step - 1) / (config.steps - 1)
+    return 1 - (1 - config.momentum) * (math.cos(math.pi * progress) + 1) / 2
+
+
+def train_step(
+    objective: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: dict[str, torch.Tensor],
+    n: int,
+    *,
+    train_encoder: bool,
+    precision: str = "fp32",
+    scaler: torch.amp.GradScaler | None = None,
+    after_step: Callable[[], None] | None = None,
+    accumulation: int = 1,
+) -> float:
+    """One optimiser step and, when the encoder trained and the step was taken, `after_step`
+    (BSL's EMA update).
+
+    With fp16 loss scaling an overflowing step is skipped by the scaler; BSL's target must
+    then stay where it is, or it would drift towards weights that did not change.
+    """
+    dtype = AUTOCAST_DTYPES[precision]
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
+        loss = _backward(objective, batch, n, accumulation, train_encoder, scaler)
+    if scaler is None:
+        optimizer.step()
+        stepped = True
+    else:
+        scale_before = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        stepped = scaler.get_scale() >= scale_before  # the scaler lowers its scale exactly when it skips
+    if train_encoder and stepped and after_step is not None:
+        after_step()
+    return float(loss.detach())
+
+
+def _backward(
+    objective: nn.Module, batch: dict[str, torch.Tensor], n: int, accumulation: int, train_encoder: bool, scaler
+) -> torch.Tensor:
+    """The batch's loss with its gradients accumulated: cached (in-batch negatives), in
+    plain pieces, or in one pass."""
+    inner = getattr(objective, "module", objective)  # under DistributedDataParallel
+    gathers = getattr(inner, "gathers_negatives", False)
+    world = distributed.world_size()
+    # A loss over the global batch whose gradient flows only through this rank's rows is
+    # scaled by the world size, so that DDP's average is the single-process gradient.
+    scale = world if gathers and world > 1 else 1
+    if accumulation > 1 and gathers:
+        with _no_sync(objective):
+            loss = inner.cached_backward(batch, n, accumulation, scale)
+        distributed.average_gradients(inner)
+        return loss
+    if accumulation > 1:
+        return _accumulated_backward(objective, batch, n, accumulation, train_encoder, scaler)
+    loss = objective(batch, n, train_encoder=train_encoder)
+    (scaler.scale(loss * scale) if scaler is not None else loss * scale).backward()
+    return loss
+
+
+def _no_sync(model: nn.Module):
+    """DDP's no_sync for backward passes that do not go through its forward (synced by hand)."""
+    return model.no_sync() if hasattr(model, "no_sync") else contextlib.nullcontext()
+
+
+def _accumulated_backward(
+    model: nn.Module, batch: dict[str, torch.Tensor], n: int, pieces: int, train_encoder: bool, scaler
+) -> torch.Tensor:
+    """Plain accumulation (BSL: no in-batch negatives): each piece's loss weighted by its
+    share of the pairs; DDP syncs gradients on the last piece only."""
+    size = math.ceil(n / pieces)
+    total = torch.zeros(())
+    starts = list(range(0, n, size))
+    for i, start in enumerate(starts):
+        pairs = list(range(start, min(start + size, n)))
+        rows = pairs + [n + p for p in pairs]
+        piece = {k: v[rows] for k, v in batch.items()}
+        sync = contextlib.nullcontext() if i == len(starts) - 1 else _no_sync(model)
+        with sync:
+            loss = model(piece, len(pairs), train_encoder=train_encoder) * (len(pairs) / n)
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        total = total + loss.detach().float().cpu()
+    return total
