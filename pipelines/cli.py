@@ -210,8 +210,11 @@ def _run(
     evaluate: bool,
 ) -> None:
     from transformers.utils import logging as hf_logging
-    from viewmill.pipelines import stages
+    from viewmill.pipelines.context import RunContext
+    from viewmill.pipelines.pair_stage import existing_snapshot
+    from viewmill.pipelines.preflight import preflight
     from viewmill.pipelines.report import render_summary
+    from viewmill.pipelines.run import run_recipe
 
     hf_logging.disable_progress_bar()  # viewmill's own bars say what is happening
     settings = _settings(catalog, dask)
@@ -221,11 +224,11 @@ def _run(
         parsed = load_recipe(recipe, overrides)
         if not evaluate and parsed.train is None:
             raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
-        ctx = stages.RunContext(parsed, state, settings)
+        ctx = RunContext(parsed, state, settings)
         if snapshot is None:
-            stages.preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
+            preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
         else:
-            stages.existing_snapshot(ctx, snapshot)
+            existing_snapshot(ctx, snapshot)
     except USER_ERRORS as exc:
         _fail(exc)
     try:  # from here on a failure is a failed run (recorded in `runs`), not bad input
@@ -238,7 +241,7 @@ def _run(
             summary = train_flow(str(recipe), str(state.root), snapshot=snapshot, preflight_done=True,
                                  overrides=overrides or [], settings=settings)  # fmt: skip
         else:
-            summary = stages.run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
+            summary = run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
     except PrefectServerError as exc:
         _fail(exc)
     except Exception as exc:
@@ -260,7 +263,8 @@ def sweep(
     """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
     the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
     from transformers.utils import logging as hf_logging
-    from viewmill.pipelines import stages
+    from viewmill.pipelines.context import RunContext
+    from viewmill.pipelines.preflight import preflight
     from viewmill.pipelines.sweep import run_sweep
 
     hf_logging.disable_progress_bar()
@@ -271,7 +275,7 @@ def sweep(
         parsed = load_recipe(recipe, overrides)
         if parsed.sweep is None:
             raise RecipeError(f"recipe {recipe} has no sweep section: add sweep.grid or sweep.configs")
-        stages.preflight(stages.RunContext(parsed, state, settings))
+        preflight(RunContext(parsed, state, settings))
     except USER_ERRORS as exc:
         _fail(exc)
     try:  # from here on a failure is a failed run, not bad input

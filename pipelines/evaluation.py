@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from viewmill.pipelines.context import new_run_id
+from viewmill.pipelines.eval_stage import EvalTarget, evaluate_models
 from viewmill.pipelines.recipe import EvaluateSpec
-from viewmill.pipelines.stages import evaluate_models, new_run_id
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.settings import Settings
@@ -24,15 +25,15 @@ class EvalReport:
     plot_path: Path
 
 
-def model_entries(refs: list[str], baselines: bool) -> list[dict]:
-    """{label, path, model_id[, pooling]} per model, then each distinct untrained start
+def model_entries(refs: list[str], baselines: bool) -> list[EvalTarget]:
+    """Each model, then each distinct untrained start
     (a viewmill model's base model, or the model itself) with mean and with [CLS] pooling."""
     entries, starts = [], {}
     for ref in refs:
         path = resolve_encoder(ref)
         manifest = Path(path) / MANIFEST
         label = Path(path).name if Path(path).is_dir() and not ref.startswith("embedded:") else ref
-        entries.append({"label": label, "path": path, "model_id": model_id_of(path)})  # as in `models`
+        entries.append(EvalTarget(label, path, model_id_of(path)))  # its id as in `models`
         base_ref = (
             json.loads(manifest.read_text(encoding="utf-8")).get("base_model", ref) if manifest.is_file() else ref
         )
@@ -40,8 +41,8 @@ def model_entries(refs: list[str], baselines: bool) -> list[dict]:
     if baselines:
         for base_ref, base in starts.items():
             for pooling, name in (("mean", "mean pooling"), ("cls", "[CLS]")):
-                entries.append({"label": f"{base_ref} ({name})", "path": base, "pooling": pooling,
-                                "model_id": fingerprint(model_id_of(base), pooling)})  # fmt: skip
+                model_id = fingerprint(model_id_of(base), pooling)
+                entries.append(EvalTarget(f"{base_ref} ({name})", base, model_id, pooling=pooling))
     return entries
 
 
@@ -59,7 +60,8 @@ def evaluate_cli(
         check(task)
     entries = model_entries(refs, baselines)
     with (settings or Settings()).open_lake(state.lake) as lake:
-        results = evaluate_models(lake, entries, suite.tasks, run_id=run_id, batch_size=suite.batch_size)
+        rows = evaluate_models(lake, entries, suite.tasks, run_id=run_id, batch_size=suite.batch_size)
+    results = [asdict(row) for row in rows]  # the table and chart read plain rows
     names = [task.name for task in suite.tasks]
     table = markdown_table(results, names)
     conventions = sorted({f"{r['task']}: {r['convention']}" for r in results})

@@ -6,6 +6,7 @@ Import this only after `configure_prefect` has set Prefect's environment.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,29 +15,31 @@ from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 from prefect.filesystems import RemoteFileSystem, WritableFileSystem
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
-from viewmill.pipelines import artifacts, stages
+from viewmill.augment.cache import CacheStats
+from viewmill.augment.views import ShardReport
+from viewmill.pipelines import artifacts
+from viewmill.pipelines.augment_stage import ShardJob, augment_finish, augment_plan, augment_shard, shards_missing_views
+from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.deploy import ensure_gpu_limit  # noqa: F401 - `viewmill serve` and deployments use it
+from viewmill.pipelines.eval_stage import evaluate_stage
+from viewmill.pipelines.ingest_stage import ingest_stage
+from viewmill.pipelines.pair_stage import pair_stage
+from viewmill.pipelines.preflight import preflight
 from viewmill.pipelines.recipe import RecipeError, load_recipe
+from viewmill.pipelines.run import run_recipe
 from viewmill.pipelines.state import StatePaths
+from viewmill.pipelines.train_stage import train_stage
 from viewmill.storage.settings import Settings
 
 # Stages cache through the lake themselves (translations, views, models, evals), so
 # Prefect's own caching stays off for them and tasks never hash lake connections.
-_STAGES = (
-    stages.preflight,
-    stages.ingest_stage,
-    stages.augment_plan,
-    stages.augment_finish,
-    stages.pair_stage,
-    stages.train_stage,
-    stages.evaluate_stage,
-)
+_STAGES = (preflight, ingest_stage, augment_plan, augment_finish, pair_stage, train_stage, evaluate_stage)
 # Stages that hold a model on the accelerator carry the `gpu` tag: a concurrency limit of 1
 # on that tag (viewmill serve, viewmill deploy, prefect.yaml's build step set it) keeps one
 # GPU from running two of them at once.
 RESULTS_ENV = "VIEWMILL_RESULTS"
 DASK_ENV = "VIEWMILL_DASK"
-MODEL_STAGES = {stages.train_stage, stages.evaluate_stage}
+MODEL_STAGES = {train_stage, evaluate_stage}
 TASKS = {
     fn: task(
         fn,
@@ -52,10 +55,10 @@ TASKS = {
 # and its result is cached across runs by what decides it (augmenter configuration, corpus
 # and lake identity, shard; not the run id) plus the task's source.
 SHARD_CACHE = (INPUTS - "run_id" - "settings") + TASK_SOURCE
-augment_shard_task = task(stages.augment_shard, name="augment-shard", cache_policy=SHARD_CACHE, persist_result=True)
+augment_shard_task = task(augment_shard, name="augment-shard", cache_policy=SHARD_CACHE, persist_result=True)
 
 
-def result_storage(ctx: stages.RunContext) -> Path | WritableFileSystem:
+def result_storage(ctx: RunContext) -> Path | WritableFileSystem:
     """Where shard results persist: the settings' `results` (VIEWMILL_RESULTS: a folder every
     worker mounts, or a URL such as s3://bucket/viewmill-results, kept as a `viewmill-results`
     block on the server), else the state directory."""
@@ -67,7 +70,7 @@ def result_storage(ctx: stages.RunContext) -> Path | WritableFileSystem:
     return block
 
 
-def submit_shards(ctx: stages.RunContext, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def submit_shards(ctx: RunContext, jobs: list[ShardJob]) -> list[ShardReport]:
     """Submit every shard to the Dask cluster the settings name, else to the flow's task
     runner (one at a time in this process), and wait.
     A cached shard did no work in this run: it reports its views as reused."""
@@ -79,9 +82,9 @@ def submit_shards(ctx: stages.RunContext, jobs: list[dict[str, Any]]) -> list[di
         result_storage=result_storage(ctx),
     )
     # A shard that holds a model on the accelerator takes the `gpu` slot like training does.
-    on_gpu = [str(getattr(job["spec"], "device", "cpu")).startswith("cuda") for job in jobs]
+    on_gpu = [str(getattr(job.spec, "device", "cpu")).startswith("cuda") for job in jobs]
     # A cached result is trusted only while the lake still holds the shard's views.
-    stale = stages.shards_missing_views(str(ctx.state.lake), jobs, ctx.settings)
+    stale = shards_missing_views(str(ctx.state.lake), jobs, ctx.settings)
     tasks = [
         shard_task.with_options(tags=["gpu"] if gpu else None, refresh_cache=missing)
         for gpu, missing in zip(on_gpu, stale, strict=True)
@@ -90,16 +93,16 @@ def submit_shards(ctx: stages.RunContext, jobs: list[dict[str, Any]]) -> list[di
         # The run's settings choose where shards go, when the run starts (not at import).
         runner = stack.enter_context(task_runner(ctx.settings.dask)) if ctx.settings.dask else None
         futures = [
-            shard.submit(**job) if runner is None else runner.submit(shard, parameters=job)
+            shard.submit(**job.kwargs()) if runner is None else runner.submit(shard, parameters=job.kwargs())
             for shard, job in zip(tasks, jobs, strict=True)
         ]
         return [_shard_report(future) for future in futures]  # read before a cluster closes
 
 
-def _shard_report(future: Any) -> dict[str, Any]:
+def _shard_report(future: Any) -> ShardReport:
     report = future.result()
     if future.state.is_completed() and future.state.name == "Cached":
-        report = {**report, "reused_views": report["sentences"], "new_views": 0, "cache": {"hits": 0, "misses": 0}}
+        report = dataclasses.replace(report, reused_views=report.sentences, new_views=0, cache=CacheStats())
     return report
 
 
@@ -129,9 +132,9 @@ def task_runner(address: str | None = None) -> TaskRunner:
     return DaskTaskRunner(address=address)
 
 
-def run_as_tasks(ctx: stages.RunContext, flow_name: str, **options: Any) -> dict[str, Any]:
+def run_as_tasks(ctx: RunContext, flow_name: str, **options: Any) -> dict[str, Any]:
     """The recipe's stages as tasks of the current flow, and its artifacts."""
-    summary = stages.run_recipe(
+    summary = run_recipe(
         ctx,
         call=lambda stage, *args: TASKS[stage](*args),
         map_shards=lambda jobs: submit_shards(ctx, jobs),
@@ -147,11 +150,11 @@ def _run_as_tasks(
     **options: Any,
 ):
     # A deployment's run passes no settings: its worker's VIEWMILL_* environment gives them.
-    ctx = stages.RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir), settings or Settings())
+    ctx = RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir), settings or Settings())
     return run_as_tasks(ctx, flow_name, **options)
 
 
-def publish(ctx: stages.RunContext, summary: dict[str, Any]) -> None:
+def publish(ctx: RunContext, summary: dict[str, Any]) -> None:
     """Artifacts for the UI, and an event when augmentation made a new pairs snapshot."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.events import emit_event

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from viewmill.pipelines import stages
+from viewmill.pipelines.context import RunContext, new_run_id
 from viewmill.pipelines.recipe import RecipeError, SweepConfig, load_recipe
+from viewmill.pipelines.run import run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.schema import SWEEPS
@@ -67,7 +68,7 @@ def run_sweep(
     state: StatePaths,
     overrides: list[str] | None = None,
     *,
-    run: Callable[[stages.RunContext], dict[str, Any]] | None = None,
+    run: Callable[[RunContext], dict[str, Any]] | None = None,
     out: Path | None = None,
     settings: Settings | None = None,
 ) -> SweepReport:
@@ -83,12 +84,12 @@ def run_sweep(
     if base.sweep is None:
         raise RecipeError(f"recipe {recipe_path} has no sweep section: add sweep.grid or sweep.configs")
     spec = base.sweep
-    run = run or (lambda ctx: stages.run_recipe(ctx))
-    report = SweepReport(base.name, stages.new_run_id(), spec.select_on, [t.name for t in base.evaluate.tasks])
+    run = run or run_recipe
+    report = SweepReport(base.name, new_run_id(), spec.select_on, [t.name for t in base.evaluate.tasks])
     configs = spec.expand()
     recipes = [load_recipe(recipe_path, overrides + config.overrides()) for config in configs]  # all valid first
     for config, recipe in zip(configs, recipes, strict=True):
-        summary = run(stages.RunContext(recipe, state, settings or Settings()))
+        summary = run(RunContext(recipe, state, settings or Settings()))
         report.results.append(_result(config, summary, recipe.train.model_dump_json(exclude={"dev"})))
     best = max(report.results, key=lambda r: r.results[spec.select_on])  # the first of equals
     best.selected = True

@@ -81,7 +81,7 @@ def test_the_graph_sees_real_imports():
     graph = import_graph()
     assert "viewmill.storage.lake" in graph["viewmill.augment.views"]
     assert "viewmill.augment.engines" in graph["viewmill.augment.neural"]
-    assert "viewmill.pipelines.stages" in graph["viewmill.pipelines.flows"]
+    assert "viewmill.pipelines.run" in graph["viewmill.pipelines.flows"]
 
 
 def test_there_are_no_import_cycles_among_viewmill_modules():

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import pytest
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 
 from tests.conftest import REPO, needs_apertium, write_tiny_recipe

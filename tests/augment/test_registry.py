@@ -10,7 +10,7 @@ from viewmill.augment.augmenters import AUGMENTERS
 from viewmill.augment.engines import ENGINES, EngineError, make_engine
 from viewmill.augment.readers import READERS
 from viewmill.pipelines.recipe import RecipeError, load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 from viewmill.storage.registry import RegistryError
@@ -159,7 +159,7 @@ train: {objective: echo, steps: 2, head_warmup_steps: 0}
 
 
 def test_a_plugin_objective_is_built_by_its_entry(plugin, monkeypatch):
-    from viewmill.train.loop import build_objective
+    from viewmill.train.assembly import build_objective
 
     config = TrainConfig(objective="echo", steps=2, head_warmup_steps=0)
     assert build_objective(config, sentence_model=None) == ("built", ["echo"])

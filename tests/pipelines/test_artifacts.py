@@ -1,6 +1,6 @@
 from viewmill.pipelines import artifacts
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 

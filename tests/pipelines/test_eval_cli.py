@@ -5,7 +5,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 from viewmill.pipelines.cli import app
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 

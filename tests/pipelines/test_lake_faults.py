@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli import app
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 

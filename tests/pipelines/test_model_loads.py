@@ -10,7 +10,7 @@ import pytest
 from viewmill.augment.engines import DecodingSpec, make_engine
 from viewmill.augment.models import release_models
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage import lake as lake_module
 from viewmill.storage.settings import Settings

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 

@@ -7,7 +7,7 @@ import pytest
 from viewmill.augment.engines import EngineError
 from viewmill.augment.ingest import CorpusError
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from viewmill.pipelines import stages
 from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 
@@ -54,8 +54,8 @@ def lake_rows(state: Path) -> dict[str, list[tuple]]:
 
 
 def single_process_run(recipe: Path, state: Path) -> dict:
-    ctx = stages.RunContext(load_recipe(recipe), StatePaths(state))
-    return stages.run_recipe(ctx, train=False, evaluate=False)
+    ctx = RunContext(load_recipe(recipe), StatePaths(state))
+    return run_recipe(ctx, train=False, evaluate=False)
 
 
 def test_two_dask_workers_write_exactly_the_rows_of_a_single_process_run(tmp_path, sharded_recipe, prefect_server):

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from viewmill.augment.views_report import build_report, reasons_sql, stats_sql, to_markdown, write_report
 from viewmill.pipelines.cli import app
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.schema import SENTENCES, VIEWS

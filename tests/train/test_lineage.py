@@ -14,8 +14,9 @@ import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli import app
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe, train_stage
+from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
+from viewmill.pipelines.train_stage import train_stage
 from viewmill.storage.lake import Lake
 from viewmill.train.config import TrainConfig
 from viewmill.train.export import CRASH_ENV, ModelBusyError, is_complete_model, model_lock, read_manifest
@@ -27,11 +28,12 @@ TRAIN = """
 import json, sys
 from pathlib import Path
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, train_stage
+from viewmill.pipelines.context import RunContext
+from viewmill.pipelines.train_stage import train_stage
 from viewmill.pipelines.state import StatePaths
 ctx = RunContext(load_recipe(sys.argv[1]), StatePaths(Path(sys.argv[2])))
 result = train_stage(ctx, sys.argv[3], sys.argv[4])
-print(json.dumps({k: result[k] for k in ("path", "reused", "model_id", "selected_step")}))
+print(json.dumps({k: getattr(result, k) for k in ("path", "reused", "model_id", "selected_step")}))
 """
 
 
@@ -81,7 +83,7 @@ def test_a_second_run_on_a_model_in_training_is_refused(snapshot_state):
     recipe, state, snap = snapshot_state
     ctx = RunContext(load_recipe(recipe), state)
     first = train_stage(ctx, snap["name"], snap["content_hash"])
-    path = Path(first["path"])
+    path = Path(first.path)
     with model_lock(path):  # as a run in progress holds it
         with pytest.raises(ModelBusyError, match=f"another run is training the model {path}"):
             train_stage(ctx, snap["name"], snap["content_hash"])
@@ -89,7 +91,7 @@ def test_a_second_run_on_a_model_in_training_is_refused(snapshot_state):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 1 and "another run is training the model" in result.output
         assert "Traceback" not in result.output
-    assert train_stage(ctx, snap["name"], snap["content_hash"])["reused"] is True  # lock released: reused
+    assert train_stage(ctx, snap["name"], snap["content_hash"]).reused is True  # lock released: reused
     assert len(_models(state)) == 1
 
 

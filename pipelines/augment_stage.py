@@ -1,0 +1,158 @@
+"""The augment stage: a plan (configuration hashes and shards), one job per augmenter and
+shard (run here, on a Prefect task runner or a Dask cluster), and each augmenter's totals."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import pyarrow as pa
+from viewmill.augment.augmenters import AugmenterSpec, make_producer
+from viewmill.augment.quality import FilterSpec
+from viewmill.augment.views import AugmentReport, Shard, ShardReport, config_hash, make_shard_views, summarise
+from viewmill.pipelines.context import RunContext
+from viewmill.pipelines.progress import progress_bar
+from viewmill.storage.ids import fingerprint
+from viewmill.storage.settings import Settings
+
+
+@dataclass(frozen=True)
+class AugmentPlan:
+    """What augmentation will do; shard tasks are keyed by these."""
+
+    configs: dict[str, str]  # augmenter -> configuration hash (spec, filters, engines' identities)
+    shards: list[Shard]
+    corpus_state: str  # a fingerprint of the corpus's sentence ids
+    lake_epoch: str  # when the lake was created: a new lake never reuses cached shards
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """The arguments of one augment_shard call: plain values, so it runs on any worker."""
+
+    lake_root: str
+    corpus: str
+    spec: AugmenterSpec
+    filters: FilterSpec
+    shard: Shard
+    config_hash: str
+    corpus_state: str
+    lake_epoch: str
+    run_id: str
+    chunk_sentences: int
+    settings: Settings
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for augment_shard (its Prefect task's cache key hashes them)."""
+        args = {field.name: getattr(self, field.name) for field in fields(self)}
+        return {**args, "shard": asdict(self.shard)}
+
+
+def augment_plan(ctx: RunContext) -> AugmentPlan:
+    """Each augmenter's configuration hash and the shards of the corpus."""
+    recipe = ctx.recipe
+    with ctx.lake(read_only=True) as lake:
+        configs = {}
+        for spec in recipe.augmenters:
+            producer = make_producer(spec, lake)
+            try:
+                configs[spec.name] = config_hash(spec, recipe.filters, producer)
+            finally:
+                producer.close()
+        ids = lake.arrow(
+            "SELECT sentence_id FROM sentences WHERE corpus = ? ORDER BY sentence_id", [recipe.corpus_name]
+        )["sentence_id"].to_pylist()
+        epoch = lake.created_at()
+    shards = Shard.all_of(len(ids), recipe.execution.shard_sentences)
+    return AugmentPlan(configs=configs, shards=shards, corpus_state=fingerprint(ids), lake_epoch=epoch)
+
+
+def augment_shard(
+    lake_root: str,
+    corpus: str,
+    spec: AugmenterSpec,
+    filters: FilterSpec,
+    shard: dict[str, int],
+    config_hash: str,
+    corpus_state: str,
+    lake_epoch: str,
+    run_id: str,
+    chunk_sentences: int = 512,
+    settings: Settings | None = None,
+) -> ShardReport:
+    """One shard of one augmenter: runs wherever its task is scheduled (another process or
+    machine), so it takes plain values and opens the lake itself. `config_hash`,
+    `corpus_state` and `lake_epoch` say what the result depends on: task caches key on them."""
+    part = Shard(**shard)
+    label = f"augment {spec.name} shard {part.index + 1}/{part.count}"
+    with (settings or Settings()).open_lake(lake_root) as lake, progress_bar(label) as advance:
+        report = make_shard_views(
+            lake, corpus, spec, filters, run_id=run_id, shard=part, chunk_size=chunk_sentences, on_progress=advance
+        )
+    if report.config_hash != config_hash:
+        raise RuntimeError(
+            f"augmenter {spec.name} has configuration {report.config_hash[:12]} on this worker but "
+            f"{config_hash[:12]} where the run was planned: install the same viewmill, models and data everywhere"
+        )
+    return report
+
+
+def shard_jobs(ctx: RunContext, plan: AugmentPlan) -> list[ShardJob]:
+    """Every augment_shard call the plan asks for."""
+    recipe = ctx.recipe
+    return [
+        ShardJob(
+            lake_root=str(ctx.state.lake),
+            corpus=recipe.corpus_name,
+            spec=spec,
+            filters=recipe.filters,
+            shard=shard,
+            config_hash=plan.configs[spec.name],
+            corpus_state=plan.corpus_state,
+            lake_epoch=plan.lake_epoch,
+            run_id=ctx.run_id,
+            chunk_sentences=recipe.execution.chunk_sentences,
+            settings=ctx.settings,
+        )
+        for spec in recipe.augmenters
+        for shard in plan.shards
+    ]
+
+
+def shards_missing_views(lake_root: str, jobs: list[ShardJob], settings: Settings | None = None) -> list[bool]:
+    """For each shard job, whether the lake lacks a view of its configuration for any of the
+    shard's sentences. A cached shard result is only as good as the views it wrote: after
+    rows were deleted or an older catalog was restored, the shard must run again."""
+    if not jobs:
+        return []
+    keys = pa.Table.from_pylist(
+        [{"job": i, "corpus": job.corpus, "config_hash": job.config_hash, "shard_index": job.shard.index,
+          "shard_count": job.shard.count} for i, job in enumerate(jobs)]
+    )  # fmt: skip
+    with (settings or Settings()).open_lake(lake_root, read_only=True) as lake, lake.with_keys("_jobs", keys):
+        rows = lake.con.execute(
+            """
+            SELECT j.job, count(*) FILTER (WHERE v.view_id IS NULL) AS missing
+            FROM _jobs j
+            JOIN sentences s ON s.corpus = j.corpus
+                 AND ('0x' || substr(s.sentence_id, 1, 8))::UBIGINT % j.shard_count = j.shard_index
+            LEFT JOIN (SELECT DISTINCT sentence_id, config_hash, view_id FROM views) v
+                 ON v.sentence_id = s.sentence_id AND v.config_hash = j.config_hash
+            GROUP BY j.job
+            """
+        ).fetchall()
+    missing = {int(job): int(n) for job, n in rows}
+    return [missing.get(i, 0) > 0 for i in range(len(jobs))]
+
+
+def run_shards_here(jobs: list[ShardJob]) -> list[ShardReport]:
+    return [augment_shard(**job.kwargs()) for job in jobs]
+
+
+def augment_finish(ctx: RunContext, augmenter: str, shard_reports: list[ShardReport]) -> AugmentReport:
+    """An augmenter's totals over its shards; compaction when they wrote anything."""
+    wrote = any(r.new_views for r in shard_reports)
+    with ctx.lake(read_only=not wrote) as lake:
+        if wrote:
+            lake.compact()  # chunked commits leave many small files
+        return summarise(lake, ctx.recipe.corpus_name, shard_reports)

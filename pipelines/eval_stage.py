@@ -1,0 +1,122 @@
+"""The evaluate stage: models scored on evaluation tasks, results stored in `evals` and reused
+while model, task and data are the same."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from viewmill.pipelines.context import RunContext
+from viewmill.pipelines.progress import progress_bar
+from viewmill.storage.ids import dir_fingerprint, file_hash, fingerprint
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import EVALS, EVALS_KEY
+from viewmill.train import suite
+from viewmill.train.encoder import load_sentence_model
+from viewmill.train.evaluate import Embedder, StsTask
+from viewmill.train.senteval import TransferTask
+
+Task = StsTask | TransferTask
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    """A model to evaluate: its label in tables, where it loads from and its id in `evals`."""
+
+    label: str
+    path: str
+    model_id: str
+    pooling: str | None = None  # a base model's pooling for a baseline; None: the model's own
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    """A model's headline ("all") value on one task."""
+
+    model: str  # the target's label
+    task: str
+    value: float
+    n: int
+    convention: str
+    reused: bool  # read from `evals`, not scored in this run
+
+
+def task_data_hash(task: Task) -> str:
+    """The bytes a task reads, how it reads them and the code that scores them: a stored
+    result is reused only when all three are the same."""
+    paths = [p for p in (task.path, getattr(task, "gold_path", None)) if p is not None]
+    hashes = [dir_fingerprint(p) if p.is_dir() else file_hash(p) for p in paths]
+    settings = task.model_dump(mode="json", exclude={"name", "path", "gold_path"})
+    return fingerprint(*hashes, settings, suite.code_fingerprint())
+
+
+def evaluate_stage(ctx: RunContext, models: list[EvalTarget]) -> list[EvalRow]:
+    """Evaluate each model on the recipe's tasks; stored results are reused."""
+    spec = ctx.recipe.evaluate
+    assert spec is not None
+    with ctx.lake() as lake:
+        return evaluate_models(lake, models, spec.tasks, run_id=ctx.run_id, batch_size=spec.batch_size)
+
+
+def evaluate_models(
+    lake: Lake, models: list[EvalTarget], tasks: list[Task], *, run_id: str, batch_size: int = 64
+) -> list[EvalRow]:
+    """Score every model on every task (each subset, plus "all" and "mean" where a task has
+    subsets), store new rows in `evals`, and return the headline ("all") value per model and task."""
+    results: list[EvalRow] = []
+    data_hashes = {task.name: task_data_hash(task) for task in tasks}
+    for target in models:
+        done = _stored_results(lake, target.model_id, data_hashes)
+        todo = [task for task in tasks if not done[task.name]]
+        if todo:
+            new_rows = _score(target, todo, data_hashes, done, run_id=run_id, batch_size=batch_size)
+            _replace_evals(lake, target.model_id, [task.name for task in todo], new_rows)
+        for task in tasks:
+            row = next(r for r in done[task.name] if r["subset"] == "all")
+            results.append(EvalRow(target.label, task.name, row["value"], row["n"], row["convention"],
+                                   reused=task not in todo))  # fmt: skip
+    return results
+
+
+def _stored_results(lake: Lake, model_id: str, data_hashes: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    """The model's stored rows per task, where they were scored on the same data bytes."""
+    stored = lake.arrow(
+        "SELECT task, subset, value, n, convention, data_hash FROM evals WHERE model = ?", [model_id]
+    ).to_pylist()
+    done: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in stored:
+        if row["data_hash"] == data_hashes.get(row["task"]):
+            done[row["task"]].append(row)
+    return done
+
+
+def _score(
+    target: EvalTarget, todo: list[Task], data_hashes: dict[str, str], done: dict[str, list[dict[str, Any]]],
+    *, run_id: str, batch_size: int,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Score the model on `todo`: its rows go to `done` (per task) and come back as `evals` rows."""
+    embed = Embedder(load_sentence_model(target.path, pooling=target.pooling), batch_size=batch_size)
+    new_rows = []
+    with progress_bar(f"evaluate {target.label}", total=len(todo)) as advance:
+        for i, task in enumerate(todo, start=1):
+            for row in suite.score(embed, task):
+                row = {"task": task.name, **row, "data_hash": data_hashes[task.name]}
+                row.pop("unscored")
+                done[task.name].append(row)
+                new_rows.append({**row, "model": target.model_id, "model_label": target.label,
+                                 "metric": suite.metric_of(task), "run_id": run_id,
+                                 "created_at": datetime.now(UTC)})  # fmt: skip
+            advance(i, len(todo))
+    return new_rows
+
+
+def _replace_evals(lake: Lake, model_id: str, tasks: list[str], rows: list[dict[str, Any]]) -> None:
+    """A re-evaluation replaces the model's earlier rows for those tasks (one transaction),
+    so `evals` holds one row per (model, task, subset, metric)."""
+    with lake.transaction():
+        for task in tasks:
+            lake.con.execute("DELETE FROM evals WHERE model = ? AND task = ?", [model_id, task])
+        lake.append("evals", pa.Table.from_pylist(rows, schema=EVALS), unique_on=EVALS_KEY)

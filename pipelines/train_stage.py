@@ -1,0 +1,110 @@
+"""The train stage: a model trained on a pairs snapshot (or reused), recorded in `models`
+and published."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from viewmill.pipelines.context import RunContext
+from viewmill.pipelines.progress import progress_bar
+from viewmill.pipelines.recipe import TrainSpec
+from viewmill.storage.ids import file_hash, fingerprint
+from viewmill.storage.schema import MODELS
+from viewmill.storage.snapshots import read_pairs
+from viewmill.train import distributed
+from viewmill.train.encoder import encoder_fingerprint, resolve_encoder
+from viewmill.train.evaluate import StsTask, concatenated, load_task, model_spearman_x100
+from viewmill.train.export import base_license, crash_point, is_complete_model, model_lock, read_manifest
+from viewmill.train.loop import MANIFEST, TrainReport, train_model, training_code_fingerprint
+from viewmill.train.selection import DevScore
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    model_id: str
+    path: str  # where the published model lives
+    reused: bool  # trained before from the same pairs, config, base model, dev data and code
+    selected_step: int | None  # the step whose weights were exported; 0: the starting model
+    report: TrainReport | None = None  # None when reused
+
+    def as_dict(self) -> dict[str, Any]:
+        """The run summary's flat form: the report's fields when this run trained."""
+        done = asdict(self.report) if self.report is not None else {"selected_step": self.selected_step}
+        return {"model_id": self.model_id, "path": self.path, "reused": self.reused, **done}
+
+
+def model_id_for(spec: TrainSpec, content_hash: str) -> str:
+    """What decides the model: pairs, config, base model, dev data (selection) and training code."""
+    base = resolve_encoder(spec.encoder)
+    config = spec.model_dump(exclude={"encoder", "dev"})
+    dev_hash = file_hash(spec.dev.path) if spec.dev is not None else None
+    return fingerprint(content_hash, config, encoder_fingerprint(base), dev_hash, training_code_fingerprint())
+
+
+def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> TrainResult:
+    """Train on a snapshot; a model trained before from the same pairs, config, base model and
+    training code is reused.
+
+    The model is exported to `<dir>.staged`, recorded in `models`, then renamed into place:
+    a run killed at any point leaves a model whose lake row exists or a staged export that
+    the next run records and publishes, never a model without its lineage. Under torchrun
+    rank 0 alone records and publishes.
+    """
+    spec = ctx.recipe.train
+    assert spec is not None
+    model_id = model_id_for(spec, content_hash)
+    out_dir = ctx.state.models / f"{ctx.recipe.name}-{model_id[:12]}"
+    staged = out_dir.with_name(out_dir.name + ".staged")
+    main = distributed.is_main()
+    with model_lock(out_dir) if main else contextlib.nullcontext():
+        report = None
+        if not is_complete_model(out_dir) and not is_complete_model(staged):
+            report = _train(ctx, snapshot, model_id, out_dir, staged)
+            crash_point("exported")
+        if main:
+            _publish_model(ctx, staged, out_dir)
+    selected = report.selected_step if report is not None else read_manifest(out_dir).get("selected_step")
+    return TrainResult(model_id, str(out_dir), reused=report is None, selected_step=selected, report=report)
+
+
+def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged: Path) -> TrainReport:
+    """Train the recipe's model on the snapshot's pairs, exported to `staged`."""
+    spec = ctx.recipe.train
+    assert spec is not None
+    base = resolve_encoder(spec.encoder)
+    with ctx.lake(read_only=True) as lake:
+        table = read_pairs(lake, snapshot)
+    card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id,
+            "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
+            "dev_task": spec.dev.name if spec.dev is not None else None}  # fmt: skip
+    keys, dev = table["sentence_id"].to_pylist(), _dev_scorer(spec.dev)
+    with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
+        return train_model(table, base, spec, staged, card=card, keys=keys,
+                           on_step=lambda step, _: advance(step, spec.steps), dev=dev)  # fmt: skip
+
+
+def _publish_model(ctx: RunContext, staged: Path, out_dir: Path) -> None:
+    """Record the model's lake row (once), then rename its staged export into place."""
+    source = out_dir if is_complete_model(out_dir) else staged
+    manifest = read_manifest(source)
+    row = {"model_id": manifest["model_id"], "path": str(out_dir), "base_model": manifest.get("base_model"),
+           "objective": manifest["train_config"]["objective"], "snapshot": manifest.get("snapshot"),
+           "train_config": (source / MANIFEST).read_text(encoding="utf-8"), "run_id": ctx.run_id,
+           "created_at": datetime.now(UTC)}  # fmt: skip
+    with ctx.lake() as lake, lake.transaction():
+        lake.append("models", pa.Table.from_pylist([row], schema=MODELS), unique_on=("model_id",))
+    crash_point("recorded")
+    if source == staged:
+        staged.rename(out_dir)
+
+
+def _dev_scorer(task: StsTask | None) -> DevScore | None:
+    if task is None:
+        return None
+    data = concatenated(load_task(task))
+    return lambda model: model_spearman_x100(model, data)  # sentence-transformers' own evaluator
