@@ -158,3 +158,17 @@ def prefect_server():
 
     with prefect_test_harness(server_startup_timeout=180):
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_temporary_prefect_servers(tmp_path_factory):
+    """Runs under test leave their state directory's reusable Prefect server up (by design, it
+    idles for 30 minutes): stop every one this session started once the session ends."""
+    yield
+    from viewmill.pipelines import local_server
+
+    for record in tmp_path_factory.getbasetemp().glob("**/server.json"):
+        try:
+            local_server.stop(record.parent, force=True)
+        except Exception as exc:  # a teardown must not hide the tests' own result
+            print(f"could not stop the Prefect server of {record.parent}: {exc}")
