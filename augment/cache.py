@@ -68,27 +68,7 @@ def translate_cached(
     for start in range(0, len(missing), chunk_size):
         chunk = missing[start : start + chunk_size]
         hypotheses = engine.translate(chunk, src, tgt, decoding)
-        now = datetime.now(UTC)
-        rows = [
-            {
-                "cache_key": keys[text],
-                "engine": engine.name,
-                "model": engine.model,
-                "revision": engine.revision,
-                "src_lang": src,
-                "tgt_lang": tgt,
-                "decoding": decoding.canonical(),
-                "seed": decoding.seed,
-                "src_text_hash": text_hash(text),
-                "rank": rank,
-                "text": hypothesis,
-                "score": None,
-                "run_id": run_id,
-                "created_at": now,
-            }
-            for text, hyps in zip(chunk, hypotheses, strict=True)
-            for rank, hypothesis in enumerate(hyps)
-        ]
+        rows = _translation_rows(engine, src, tgt, decoding, keys, chunk, hypotheses, run_id)
         with lake.transaction():
             lake.append(
                 "translations", pa.Table.from_pylist(rows, schema=TRANSLATIONS), unique_on=("cache_key", "rank")
@@ -98,3 +78,31 @@ def translate_cached(
         if on_chunk is not None:
             on_chunk(len(chunk))
     return {text: (by_key[keys[text]], keys[text]) for text in unique}, stats
+
+
+def _translation_rows(
+    engine: TranslationEngine, src: str, tgt: str, decoding: DecodingSpec, keys: dict[str, str],
+    chunk: list[str], hypotheses: list[list[str]], run_id: str,
+) -> list[dict]:  # fmt: skip
+    """`translations` rows: every hypothesis of each text, best first (rank 0)."""
+    now = datetime.now(UTC)
+    return [
+        {
+            "cache_key": keys[text],
+            "engine": engine.name,
+            "model": engine.model,
+            "revision": engine.revision,
+            "src_lang": src,
+            "tgt_lang": tgt,
+            "decoding": decoding.canonical(),
+            "seed": decoding.seed,
+            "src_text_hash": text_hash(text),
+            "rank": rank,
+            "text": hypothesis,
+            "score": None,
+            "run_id": run_id,
+            "created_at": now,
+        }
+        for text, hyps in zip(chunk, hypotheses, strict=True)
+        for rank, hypothesis in enumerate(hyps)
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,18 +74,9 @@ def ingest(
     """
     reader = READERS[fmt]
     options = options or ReadOptions(lang=lang)
-    detok = MosesDetokenizer(lang=lang) if detokenize else None
-
-    def clean(raw_text: str) -> str:
-        text = normalize_text(raw_text)
-        if text and detok is not None and rejection(text) is None:
-            text = normalize_text(_SPLIT_NEGATION.sub(r"\1n't", detok.detokenize(text.split())))
-        return text
-
-    stats = IngestStats()
-    seen: set[str] = set()
-    rows: list[dict] = []
-    rejected: dict[str, dict] = {}
+    clean = _cleaner(lang, detokenize)
+    keep = _Sentences(corpus, lang, fmt, run_id, min_words, max_words)
+    stats = keep.stats
     halves: dict[str, dict[str, tuple[str, RawLine]]] = {}
     for path in files:
         kept_before = stats.kept
@@ -93,76 +85,109 @@ def ingest(
             if full and not nli_links:
                 break
             if isinstance(raw, Malformed):
-                if on_error == "stop":
-                    raise CorpusError(f"{raw.describe()} (or set corpus.on_error: skip to skip and count such records)")
-                if not full:
-                    stats.skip(raw)
+                _malformed(raw, on_error, None if full else stats)
                 continue
             text = clean(raw.text)
             if nli_links and raw.pair_id is not None and raw.role is not None:
                 halves.setdefault(raw.pair_id, {})[raw.role] = (text, raw)
-            if full:
-                continue
-            stats.lines += 1
-            if not text:
-                stats.blank += 1
-                continue
-            reason = rejection(text)
-            if reason is not None:
-                stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
-                rejected.setdefault(rejected_id(text), _rejected_row(corpus, text, reason, raw, run_id))
-                continue
-            n_words = len(text.split())
-            if n_words < min_words:
-                stats.too_short += 1
-                continue
-            if n_words > max_words:
-                stats.too_long += 1
-                continue
-            sid = sentence_id(text)
-            if sid in seen:
-                stats.duplicates += 1
-                continue
-            seen.add(sid)
-            stats.kept += 1
-            rows.append(
-                {
-                    "corpus": corpus,
-                    "sentence_id": sid,
-                    "text": text,
-                    "lang": lang,
-                    "split": split_of(raw.file, fmt),
-                    "origin": {
-                        "file": raw.file,
-                        "row": raw.row,
-                        "pair_id": raw.pair_id,
-                        "nli_label": raw.nli_label,
-                    },
-                    "run_id": run_id,
-                }
-            )
+            if not full:
+                keep.add(text, raw)
         stats.per_file[str(path)] = stats.kept - kept_before
     if nli_links:  # a premise file's hypotheses give its links even when not ingested themselves
         for path in _partner_files(files, fmt):
-            for raw in reader(path, options):
-                if isinstance(raw, RawLine):
-                    halves.setdefault(raw.pair_id, {})[raw.role] = (clean(raw.text), raw)
-    if not rows:
-        raise CorpusError(
-            f"corpus '{corpus}' is empty after reading {len(files)} file(s) "
-            f"({stats.lines} lines, {stats.blank} blank, {stats.too_short} shorter than "
-            f"{min_words} words, {stats.too_long} longer than {max_words}, {stats.malformed} malformed, "
-            f"{sum(stats.rejected.values())} rejected as unusable text {stats.rejected or ''}): "
-            "point corpus.files at non-empty files or relax corpus.min_words/max_words"
-        )
+            _read_halves(reader(path, options), clean, halves)
+    if not keep.rows:
+        raise CorpusError(_empty_corpus(corpus, len(files), stats, min_words, max_words))
     links = nli_pair_rows(corpus, halves, run_id)
     stats.nli_pairs = len(links)
     return IngestResult(
-        pa.Table.from_pylist(rows, schema=SENTENCES),
+        pa.Table.from_pylist(keep.rows, schema=SENTENCES),
         stats,
         pa.Table.from_pylist(links, schema=NLI_PAIRS),
-        pa.Table.from_pylist(list(rejected.values()), schema=REJECTED_SENTENCES),
+        pa.Table.from_pylist(list(keep.rejected.values()), schema=REJECTED_SENTENCES),
     )
+
+
+def _malformed(raw: Malformed, on_error: str, stats: IngestStats | None) -> None:
+    """Stop at a malformed record, or count it (in `stats`, unless the corpus is full)."""
+    if on_error == "stop":
+        raise CorpusError(f"{raw.describe()} (or set corpus.on_error: skip to skip and count such records)")
+    if stats is not None:
+        stats.skip(raw)
+
+
+def _read_halves(records: Iterable[RawLine | Malformed], clean: Callable[[str], str], halves: dict) -> None:
+    for raw in records:
+        if isinstance(raw, RawLine):
+            halves.setdefault(raw.pair_id, {})[raw.role] = (clean(raw.text), raw)
+
+
+def _empty_corpus(corpus: str, n_files: int, stats: IngestStats, min_words: int, max_words: int) -> str:
+    return (
+        f"corpus '{corpus}' is empty after reading {n_files} file(s) "
+        f"({stats.lines} lines, {stats.blank} blank, {stats.too_short} shorter than "
+        f"{min_words} words, {stats.too_long} longer than {max_words}, {stats.malformed} malformed, "
+        f"{sum(stats.rejected.values())} rejected as unusable text {stats.rejected or ''}): "
+        "point corpus.files at non-empty files or relax corpus.min_words/max_words"
+    )
+
+
+def _cleaner(lang: str, detokenize: bool) -> Callable[[str], str]:
+    """Normalise (NFC, whitespace) and, when asked, detokenise usable text."""
+    detok = MosesDetokenizer(lang=lang) if detokenize else None
+
+    def clean(raw_text: str) -> str:
+        text = normalize_text(raw_text)
+        if text and detok is not None and rejection(text) is None:
+            text = normalize_text(_SPLIT_NEGATION.sub(r"\1n't", detok.detokenize(text.split())))
+        return text
+
+    return clean
+
+
+@dataclass
+class _Sentences:
+    """The corpus's kept sentence rows and rejected texts, with the counts of what was dropped."""
+
+    corpus: str
+    lang: str
+    fmt: str
+    run_id: str
+    min_words: int
+    max_words: int
+    stats: IngestStats = field(default_factory=IngestStats)
+    seen: set[str] = field(default_factory=set)
+    rows: list[dict] = field(default_factory=list)
+    rejected: dict[str, dict] = field(default_factory=dict)
+
+    def add(self, text: str, raw: RawLine) -> None:
+        """Keep a cleaned line unless it is blank, unusable, too short or long, or a duplicate."""
+        stats = self.stats
+        stats.lines += 1
+        if not text:
+            stats.blank += 1
+            return
+        reason = rejection(text)
+        if reason is not None:
+            stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
+            self.rejected.setdefault(rejected_id(text), _rejected_row(self.corpus, text, reason, raw, self.run_id))
+            return
+        n_words = len(text.split())
+        if n_words < self.min_words:
+            stats.too_short += 1
+            return
+        if n_words > self.max_words:
+            stats.too_long += 1
+            return
+        sid = sentence_id(text)
+        if sid in self.seen:
+            stats.duplicates += 1
+            return
+        self.seen.add(sid)
+        stats.kept += 1
+        origin = {"file": raw.file, "row": raw.row, "pair_id": raw.pair_id, "nli_label": raw.nli_label}
+        self.rows.append({"corpus": self.corpus, "sentence_id": sid, "text": text, "lang": self.lang,
+                          "split": split_of(raw.file, self.fmt), "origin": origin, "run_id": self.run_id})  # fmt: skip
 
 
 def _rejected_row(corpus: str, text: str, reason: str, raw: RawLine, run_id: str) -> dict:

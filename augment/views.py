@@ -130,27 +130,10 @@ def make_shard_views(
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
             produced = producer.produce(lake, [(sid, text) for sid, text, _ in chunk], run_id, report.cache)
-            rows = []
-            for (sid, source, source_lang), view in zip(chunk, produced, strict=True):
-                quality = quality_signals(source, view.text)
-                reason = view.reason or reject_reason(view.text, quality, filters, method=spec.method)
-                rows.append(
-                    {
-                        "view_id": fingerprint(sid, config),
-                        "sentence_id": sid,
-                        "augmenter": spec.name,
-                        "config_hash": config,
-                        "method": spec.method,
-                        "path": spec.path_label,
-                        "text": view.text,
-                        "lang": producer.lang or source_lang,
-                        "provenance": view.provenance,
-                        "quality": asdict(quality),
-                        "status": "rejected" if reason else "kept",
-                        "reject_reason": reason,
-                        "run_id": run_id,
-                    }
-                )
+            rows = [
+                _view_row(spec, filters, config, sid, source, producer.lang or source_lang, view, run_id)
+                for (sid, source, source_lang), view in zip(chunk, produced, strict=True)
+            ]
             with lake.transaction():
                 report.new_views += lake.append(
                     "views", pa.Table.from_pylist(rows, schema=VIEWS), unique_on=("view_id",)
@@ -160,6 +143,29 @@ def make_shard_views(
     finally:
         producer.close()
     return report
+
+
+def _view_row(
+    spec: AugmenterSpec, filters: FilterSpec, config: str, sid: str, source: str, lang: str, view, run_id: str
+) -> dict:
+    """A `views` row: the view with its quality signals and the filter's verdict."""
+    quality = quality_signals(source, view.text)
+    reason = view.reason or reject_reason(view.text, quality, filters, method=spec.method)
+    return {
+        "view_id": fingerprint(sid, config),
+        "sentence_id": sid,
+        "augmenter": spec.name,
+        "config_hash": config,
+        "method": spec.method,
+        "path": spec.path_label,
+        "text": view.text,
+        "lang": lang,
+        "provenance": view.provenance,
+        "quality": asdict(quality),
+        "status": "rejected" if reason else "kept",
+        "reject_reason": reason,
+        "run_id": run_id,
+    }
 
 
 def summarise(lake: Lake, corpus: str, shards: list[ShardReport]) -> AugmentReport:

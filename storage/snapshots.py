@@ -80,48 +80,34 @@ def create_pairs_snapshot(
             'check the filters in the recipe (viewmill sql "SELECT augmenter, status, reject_reason, '
             'count(*) FROM views GROUP BY ALL")'
         )
-    pair_ids = [
-        fingerprint(s, a, b)
-        for s, a, b in zip(
-            pairs["sentence_id"].to_pylist(),
-            pairs["view_a_id"].to_pylist(),
-            pairs["view_b_id"].to_pylist(),
-            strict=True,
-        )
-    ]
-    pairs = pairs.append_column("pair_id", pa.array(pair_ids, pa.string()))
+    pairs = pairs.append_column("pair_id", _pair_ids(pairs))
     content_hash = pairs_content_hash(recipe, pairs)
     name = f"{recipe}-{content_hash[:12]}"
     existing = lake.arrow("SELECT n_pairs, lake_version FROM snapshots WHERE snapshot = ?", [name])
     if existing.num_rows:
         return Snapshot(name, existing["n_pairs"][0].as_py(), content_hash, existing["lake_version"][0].as_py(), False)
     n = pairs.num_rows
-    rows = (
-        pairs.append_column("recipe", pa.array([recipe] * n))
-        .append_column("snapshot", pa.array([name] * n))
-    )
+    record = {"snapshot": name, "recipe": recipe, "corpus": corpus, "content_hash": content_hash, "n_pairs": n,
+              "run_id": run_id, "corpus_version": corpus_version}  # fmt: skip
+    _write_snapshot(lake, pairs, record)
+    return Snapshot(name, n, content_hash, lake.version(), True)
+
+
+def _pair_ids(pairs: pa.Table) -> pa.Array:
+    """Each pair's id: a hash of its sentence and its two views."""
+    columns = (pairs[name].to_pylist() for name in ("sentence_id", "view_a_id", "view_b_id"))
+    return pa.array([fingerprint(s, a, b) for s, a, b in zip(*columns, strict=True)], pa.string())
+
+
+def _write_snapshot(lake: Lake, pairs: pa.Table, record: dict) -> None:
+    """The pairs under the snapshot's name, and its `snapshots` row, in one transaction."""
+    n = pairs.num_rows
+    rows = pairs.append_column("recipe", pa.array([record["recipe"]] * n))
+    rows = rows.append_column("snapshot", pa.array([record["snapshot"]] * n))
     with lake.transaction():
         lake.append("pairs", rows)
-        lake.append(
-            "snapshots",
-            pa.Table.from_pylist(
-                [
-                    {
-                        "snapshot": name,
-                        "recipe": recipe,
-                        "corpus": corpus,
-                        "content_hash": content_hash,
-                        "n_pairs": n,
-                        "lake_version": lake.version() + 1,
-                        "run_id": run_id,
-                        "created_at": datetime.now(UTC),
-                        "corpus_version": corpus_version,
-                    }
-                ],
-                schema=SNAPSHOTS,
-            ),
-        )
-    return Snapshot(name, n, content_hash, lake.version(), True)
+        row = {**record, "lake_version": lake.version() + 1, "created_at": datetime.now(UTC)}
+        lake.append("snapshots", pa.Table.from_pylist([row], schema=SNAPSHOTS))
 
 
 def record_corpus_version(lake: Lake, corpus: str, sentence_ids: list[str], run_id: str) -> str:
