@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from viewmill.augment.apertium import ApertiumEngine
 from viewmill.augment.engines import DecodingSpec
+from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext
 from viewmill.pipelines.state import StatePaths
 
 

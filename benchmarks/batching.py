@@ -18,12 +18,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext
 from viewmill.pipelines.state import StatePaths
+from viewmill.train.batches import batches
 from viewmill.train.bsl import BSL
 from viewmill.train.encoder import load_sentence_model, resolve_encoder
-from viewmill.train.loop import batches
 
 
 def time_steps(texts: list[str], index_batches: list[list[int]], max_length: int) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """BSL training throughput on a BERT-base-sized encoder: fp32 against bf16 (and fp16) autocast.
 
 Random weights (no hub), batches of `--batch` pairs whose token lengths follow the demo
-corpus's sentences, the real training step (`viewmill.train.loop.train_step`: online and target
+corpus's sentences, the real training step (`viewmill.train.optimisation.train_step`: online and target
 encoders, predictor, Adam, EMA update). Prints pairs/s, peak GPU memory and the EMA
 update's share of a step, side by side in one run.
 
@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import torch
 from viewmill.train.bsl import BSL
-from viewmill.train.loop import seed_everything, train_step
+from viewmill.train.loop import seed_everything
+from viewmill.train.optimisation import train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}

@@ -16,8 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext, run_recipe
+from viewmill.pipelines.run import run_recipe
 from viewmill.pipelines.state import StatePaths
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from viewmill.pipelines import stages
+from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.run import run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 from viewmill.storage.snapshots import export_snapshot
@@ -34,8 +35,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for config in load_recipe(args.recipe).sweep.expand():
         began = time.perf_counter()
-        ctx = stages.RunContext(load_recipe(args.recipe, config.overrides()), state)
-        summary = stages.run_recipe(ctx, train=False, evaluate=False)
+        ctx = RunContext(load_recipe(args.recipe, config.overrides()), state)
+        summary = run_recipe(ctx, train=False, evaluate=False)
         snapshot = summary["snapshot"]
         with Lake(state.lake) as lake:
             export_snapshot(lake, snapshot["name"], args.out / f"{stems.get(config.label, config.label)}.parquet")

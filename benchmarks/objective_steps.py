@@ -3,7 +3,7 @@ EMA update's share of a BSL step.
 
 all-MiniLM-L6-v2 (the embedded default) on CPU, batches of 64 demo-corpus sentences
 paired with their lower-cased form (step time depends on shapes, not on content), max
-length 64, the real `viewmill.train.loop.train_step`.
+length 64, the real `viewmill.train.optimisation.train_step`.
 
     .venv/bin/python benchmarks/objective_steps.py [--steps 10] [--batch 64]
 """
@@ -19,13 +19,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.stages import RunContext
 from viewmill.pipelines.state import StatePaths
+from viewmill.train.assembly import build_objective
 from viewmill.train.bsl import BSL
 from viewmill.train.config import OBJECTIVES, TrainConfig
 from viewmill.train.encoder import load_sentence_model, resolve_encoder
-from viewmill.train.loop import build_objective, make_optimizer, seed_everything, train_step
+from viewmill.train.loop import seed_everything
+from viewmill.train.optimisation import make_optimizer, train_step
 
 
 def main() -> None:

@@ -34,9 +34,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         configure_prefect(StatePaths(Path(tmp) / "prefect"))
         from transformers.utils import logging as hf_logging
-        from viewmill.pipelines import stages
+        from viewmill.pipelines.context import RunContext
         from viewmill.pipelines.flows import recipe_flow
         from viewmill.pipelines.recipe import load_recipe
+        from viewmill.pipelines.run import run_recipe
 
         hf_logging.disable_progress_bar()
         start = time.perf_counter()
@@ -51,7 +52,7 @@ def main() -> None:
                 if mode == "prefect":
                     summary = recipe_flow(RECIPE, str(state), overrides=overrides)
                 else:
-                    summary = stages.run_recipe(stages.RunContext(load_recipe(RECIPE, overrides), StatePaths(state)))
+                    summary = run_recipe(RunContext(load_recipe(RECIPE, overrides), StatePaths(state)))
                 times[mode].append(time.perf_counter() - start)
                 stage_times = ", ".join(f"{k} {v:.1f}" for k, v in summary["timings"].items() if k != "total")
                 print(f"{mode:<8} run {repeat + 1}: {times[mode][-1]:6.1f} s  (stages: {stage_times})", flush=True)

@@ -26,10 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from demo_data import demo_sentences
+from viewmill.train.assembly import build_objective
 from viewmill.train.bsl import BSL
 from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import load_sentence_model, resolve_encoder
-from viewmill.train.loop import build_objective, make_optimizer, seed_everything, train_step
+from viewmill.train.loop import seed_everything
+from viewmill.train.optimisation import make_optimizer, train_step
 
 MAX_LENGTH = 64
 

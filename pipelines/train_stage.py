@@ -19,8 +19,8 @@ from viewmill.storage.snapshots import read_pairs
 from viewmill.train import distributed
 from viewmill.train.encoder import encoder_fingerprint, resolve_encoder
 from viewmill.train.evaluate import StsTask, concatenated, load_task, model_spearman_x100
-from viewmill.train.export import base_license, crash_point, is_complete_model, model_lock, read_manifest
-from viewmill.train.loop import MANIFEST, TrainReport, train_model, training_code_fingerprint
+from viewmill.train.export import MANIFEST, base_license, crash_point, is_complete_model, model_lock, read_manifest
+from viewmill.train.loop import TrainReport, train_model, training_code_fingerprint
 from viewmill.train.selection import DevScore
 
 

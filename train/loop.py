@@ -16,20 +16,14 @@ import torch
 from torch import nn
 from viewmill.storage.ids import fingerprint
 from viewmill.train import distributed
-from viewmill.train.assembly import build_objective, prepare
+from viewmill.train.assembly import prepare
 from viewmill.train.batches import PairTexts, batches, tokenize
 from viewmill.train.bsl import BSL
 from viewmill.train.checkpoints import Checkpoints, RunState
 from viewmill.train.config import TrainConfig
-from viewmill.train.export import MANIFEST, export, is_complete_model, model_lock
+from viewmill.train.export import export, model_lock
 from viewmill.train.optimisation import make_optimizer, target_momentum, train_step
 from viewmill.train.selection import DevScore, evaluates_at, patience_spent, score_dev, select_weights
-
-# The step, batching and assembly names are re-exported: benchmarks/ import them from here.
-__all__ = [
-    "MANIFEST", "TrainReport", "batches", "build_objective", "is_complete_model", "make_optimizer", "prepare",
-    "seed_everything", "tokenize", "train_model", "train_step", "training_code_fingerprint",
-]  # fmt: skip
 
 
 @dataclass

@@ -4,7 +4,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 from viewmill.train.config import TrainConfig
-from viewmill.train.loop import MANIFEST, is_complete_model, train_model
+from viewmill.train.export import MANIFEST, is_complete_model
+from viewmill.train.loop import train_model
 
 from tests.conftest import SENTENCES
 
