@@ -127,12 +127,12 @@ def ragged(args, model_dir: Path) -> None:
     hf = HFEngine(str(model_dir), "en", "de", compute_type="float32", max_batch_tokens=args.budget)
     ct2 = CT2Engine(str(model_dir), "en", "de", compute_type="int8", max_batch_tokens=args.budget)
     lengths = [len(hf.tokenizer(t)["input_ids"]) for t in texts]
-    batches = length_batches(lengths, args.budget)
     print(f"CPU, {torch.get_num_threads()} threads; {len(texts)} demo sentences, source tokens "
-          f"min {min(lengths)} median {statistics.median(lengths)} max {max(lengths)}; "
-          f"{len(batches)} length-sorted batches of <= {args.budget} padded tokens")  # fmt: skip
+          f"min {min(lengths)} median {statistics.median(lengths)} max {max(lengths)}")  # fmt: skip
     ct2.translate(texts[:8], "en", "de", DecodingSpec())  # conversion and loading, untimed
     for beam in (int(b) for b in args.beams.split(",")):
+        batches = length_batches(lengths, args.budget, beam)
+        print(f"beam {beam}: {len(batches)} length-sorted batches of <= {args.budget} source tokens x beam")
         decoding = DecodingSpec(beam_size=beam, max_length_ratio=args.max_length_ratio)
         runs: dict[str, list[float]] = {"hf float32": [], "ctranslate2 int8": []}
         for _ in range(args.runs):
@@ -178,11 +178,7 @@ def cut(texts: list[str], size: int) -> list[list[str]]:
     return [texts[i : i + size] for i in range(0, len(texts), size)]
 
 
-def main() -> None:
-    import ctranslate2
-    import torch
-    from transformers import AutoTokenizer, MarianMTModel
-
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--sentences", type=int, default=None, help="default: 64 on CPU, 1024 on GPU")
@@ -192,10 +188,18 @@ def main() -> None:
     parser.add_argument("--ragged", action="store_true", help="real sentence lengths through viewmill's engines")
     parser.add_argument("--runs", type=int, default=3, help="--ragged: repeats of each engine and beam")
     parser.add_argument("--beams", default="1,4", help="--ragged: beam sizes, comma-separated")
-    parser.add_argument("--budget", type=int, default=4096, help="--ragged: padded tokens per batch")
+    parser.add_argument("--budget", type=int, default=4096, help="--ragged: source tokens x beam per batch")
     parser.add_argument("--max-length-ratio", type=float, default=1.5, help="--ragged: output tokens per source token")
     parser.add_argument("--bergamot", action="store_true", help="en>pt>en round trips through the bergamot engine")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    import ctranslate2
+    import torch
+    from transformers import AutoTokenizer, MarianMTModel
+
+    args = _arguments()
     if args.bergamot:
         return bergamot(args)
     if args.ragged:
