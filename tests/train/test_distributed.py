@@ -70,7 +70,8 @@ def test_torchrun_trains_and_rank_0_exports(tmp_path, tiny_model):
         pairs = [(s, s.lower()) for s in SENTENCES]
         config = TrainConfig(objective="ntxent", steps=3, batch_size=8, encoder_lr=1e-3)
         report = train_model(pairs, {str(tiny_model)!r}, config, Path({str(tmp_path / "model")!r}), card={{}})
-        print("rank done", report.steps, flush=True)
+        import os
+        os.write(1, f"rank done {{report.steps}}\\n".encode())  # one write: the two ranks' lines never interleave
     """)
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
