@@ -6,11 +6,9 @@ This module holds the interface and the engine registry only; the implementation
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,11 +51,6 @@ class TranslationEngine(Protocol):
     def close(self) -> None:
         """Release processes or models the engine holds."""
         ...
-
-
-def user_cache_dir() -> Path:
-    """viewmill's cache for converted models and prepared data ($XDG_CACHE_HOME/viewmill)."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "viewmill"
 
 
 def debian_version(package: str) -> str:

@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from viewmill.augment.engines import DecodingSpec, Engine, EngineError, EngineOptions, user_cache_dir
+from viewmill.augment.engines import DecodingSpec, Engine, EngineError, EngineOptions
 from viewmill.augment.models import load_once
-from viewmill.storage.files import build_dir_atomically
+from viewmill.storage.files import build_dir_atomically, user_cache_dir
 from viewmill.storage.ids import dir_fingerprint, fingerprint
 
 from viewmill.extras import require

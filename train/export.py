@@ -14,12 +14,12 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from viewmill.storage.files import build_dir_atomically
 from viewmill.train import modeling_isbert
+from viewmill.train.embedded import EMBEDDED
 from viewmill.train.encoder import CNN_REF, EMBEDDED_PREFIX, encoder_fingerprint
 
 MANIFEST = "viewmill.json"
 MODELING_FILE = "modeling_isbert.py"
 CRASH_ENV = "VIEWMILL_TEST_CRASH_AT"  # tests name a point; the process kills itself there
-HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
 OBJECTIVE_NAMES = {
     "bsl": "BSL (bootstrapped sentence representation learning)",
     "ntxent": "NT-Xent contrastive",
@@ -112,7 +112,8 @@ def hub_id(ref: str | None) -> str | None:
     if ref is None:
         return None
     if ref.startswith(EMBEDDED_PREFIX):
-        return HUB_IDS.get(ref.removeprefix(EMBEDDED_PREFIX))
+        model = EMBEDDED.get(ref.removeprefix(EMBEDDED_PREFIX))
+        return model.hub_id if model else None
     return ref
 
 
