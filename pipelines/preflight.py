@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from viewmill.augment.augmenters import make_producer
 from viewmill.pipelines.context import RunContext
-from viewmill.storage.lake import check_not_orphaned
+from viewmill.storage.catalog import check_not_orphaned
 from viewmill.train import distributed, suite
 from viewmill.train.encoder import resolve_encoder
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from viewmill.storage.lake import Lake, _sql_literal, data_files
+from viewmill.storage.catalog import data_files, sql_literal
+from viewmill.storage.lake import Lake
 from viewmill.storage.schema import PARTITIONS, TABLES
 from viewmill.storage.snapshots import legacy_content_hash, pairs_content_hash
 
@@ -175,9 +176,9 @@ def _intact_rows(lake: Lake, table: str, data: list[CatalogFile], deletes: dict[
     selects = []
     for entry in data:
         columns = ", ".join(TABLES[table].names)
-        query = f"SELECT {columns} FROM read_parquet({_sql_literal(str(entry.path))}, file_row_number = true)"
+        query = f"SELECT {columns} FROM read_parquet({sql_literal(str(entry.path))}, file_row_number = true)"
         if entry.data_file_id in deletes:
-            gone = _sql_literal(str(deletes[entry.data_file_id].path))
+            gone = sql_literal(str(deletes[entry.data_file_id].path))
             query += f" WHERE file_row_number NOT IN (SELECT pos FROM read_parquet({gone}))"
         selects.append(query)
     return " UNION ALL ".join(selects)
@@ -241,7 +242,7 @@ def _take_back_orphans(lake: Lake, orphans: list[Path], state_root: Path, recove
         table = _table_of(lake, path)
         if table in KEYS:
             try:
-                rows = lake.arrow(f"SELECT * FROM read_parquet({_sql_literal(str(path))}, union_by_name = true)")
+                rows = lake.arrow(f"SELECT * FROM read_parquet({sql_literal(str(path))}, union_by_name = true)")
             except Exception:  # an unreadable orphan is only moved aside
                 rows = None
             if rows is not None and set(TABLES[table].names) <= set(rows.column_names):

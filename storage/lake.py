@@ -8,216 +8,50 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
 import os
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
 import duckdb
-import filelock
 import polars as pl
 import pyarrow as pa
-from pydantic import SecretStr
+from viewmill.storage.catalog import (
+    CATALOG_ENV,
+    DATA_PATH_ENV,
+    Catalog,
+    LakeError,
+    check_not_orphaned,
+    data_files,
+    extension_path,
+    recorded_data_path,
+    redact,
+    refuse_orphaned_data,
+    s3_secret_sql,
+    sql_literal,
+)
 from viewmill.storage.schema import PARTITIONS, TABLES
+from viewmill.storage.writer_lock import WriterLock
 
-from viewmill.extras import require
+# The lake's public names; those defined in `catalog` and `writer_lock` stay importable from here.
+__all__ = [
+    "CATALOG_ENV",
+    "CATALOG_NAME",
+    "DATA_PATH_ENV",
+    "Catalog",
+    "Lake",
+    "LakeError",
+    "WriterLock",
+    "check_not_orphaned",
+    "data_files",
+    "extension_path",
+    "redact",
+    "refuse_orphaned_data",
+    "s3_secret_sql",
+]
 
 CATALOG_NAME = "lake"
-CATALOG_ENV = "VIEWMILL_CATALOG"
-DATA_PATH_ENV = "VIEWMILL_DATA_PATH"
-
-
-class LakeError(RuntimeError):
-    """The lake cannot be opened or written; the message says why and what to do."""
-
-
-def s3_secret_sql() -> str:
-    """A DuckDB secret for s3:// data paths, from the usual AWS variables plus viewmill's own
-    for S3-compatible stores (MinIO, Ceph): VIEWMILL_S3_ENDPOINT, VIEWMILL_S3_URL_STYLE
-    (path or vhost), VIEWMILL_S3_USE_SSL (true or false)."""
-    env = os.environ
-    settings = {
-        "KEY_ID": env.get("AWS_ACCESS_KEY_ID"),
-        "SECRET": env.get("AWS_SECRET_ACCESS_KEY"),
-        "SESSION_TOKEN": env.get("AWS_SESSION_TOKEN"),
-        "REGION": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
-        "ENDPOINT": env.get("VIEWMILL_S3_ENDPOINT"),
-        "URL_STYLE": env.get("VIEWMILL_S3_URL_STYLE"),
-    }
-    parts = ["TYPE s3"] + [f"{key} {_sql_literal(value)}" for key, value in settings.items() if value]
-    if env.get("VIEWMILL_S3_USE_SSL"):
-        parts.append(f"USE_SSL {env['VIEWMILL_S3_USE_SSL'].lower() in ('1', 'true', 'yes')}")
-    return f"CREATE OR REPLACE SECRET viewmill_s3 ({', '.join(parts)})"
-
-
-def extension_path(name: str) -> Path:
-    """A DuckDB extension shipped by its `duckdb-extension-<name>` wheel (no download at run time)."""
-    package = f"duckdb-extension-{name}=={duckdb.__version__}"
-    try:
-        module = importlib.import_module(f"duckdb_extension_{name}")
-    except ImportError as exc:
-        raise LakeError(f"the DuckDB extension '{name}' is not installed: pip install {package}") from exc
-    path = Path(module.__file__).parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
-    if not path.exists():
-        raise LakeError(
-            f"no '{name}' extension for duckdb {duckdb.__version__} at {path}: "
-            f"pip install {package} (versions must match exactly)"
-        )
-    return path
-
-
-def _sql_literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _recorded_data_path(message: str) -> str | None:
-    """The data path a catalog records, from DuckLake's "does not match" refusal."""
-    found = re.search(r'does not match existing data path in the catalog "([^"]*)"', message)
-    return found.group(1) if found else None
-
-
-def data_files(data_path: str) -> list[Path]:
-    """The Parquet files under a local data folder (none for s3:// or a missing folder)."""
-    if data_path.startswith("s3://") or not Path(data_path).is_dir():
-        return []
-    return sorted(Path(data_path).rglob("*.parquet"))
-
-
-def check_not_orphaned(root: Path | str, *, catalog: str | None = None, data_path: str | None = None) -> None:
-    """Refuse (LakeError) when `root` has lake data but no catalog; checked before a run starts."""
-    spec = Catalog.parse(catalog, Path(root))
-    if not spec.exists():
-        refuse_orphaned_data(spec, data_path or os.environ.get(DATA_PATH_ENV) or str(Path(root) / "data"))
-
-
-def refuse_orphaned_data(catalog: Catalog, data_path: str) -> None:
-    """A data folder without its catalog is a lake whose history would be orphaned by a new
-    catalog made beside it: refuse, naming both paths and the ways out."""
-    found = data_files(data_path)
-    if catalog.kind == "postgres" or not found:
-        return
-    raise LakeError(
-        f"the lake's catalog {catalog.target} is missing but its data folder {data_path} holds {len(found)} "
-        f"Parquet file(s): restore the catalog from a backup to {catalog.target} (see README, 'Backing up, moving "
-        "and checking a lake'), or start a new, empty lake with `viewmill lake init`, which moves the old data "
-        "aside to a dated folder"
-    )
-
-
-@dataclass(frozen=True)
-class Catalog:
-    """Where the lake's metadata lives: `sqlite` (default: local, several processes),
-    `duckdb` (one process at a time) or `postgres:<libpq conninfo>` (several machines)."""
-
-    kind: str
-    target: str  # a file path, or a PostgreSQL connection string without its password
-    # Kept apart so that no message, repr or connection string the catalog makes holds it.
-    password: SecretStr | None = dataclass_field(default=None, compare=False)
-
-    @classmethod
-    def parse(cls, spec: str | None, root: Path) -> Catalog:
-        spec = spec or os.environ.get(CATALOG_ENV)
-        if not spec:
-            legacy = root / "catalog.ducklake"  # lakes made before SQLite became the default
-            return cls("duckdb", str(legacy)) if legacy.exists() else cls("sqlite", str(root / "catalog.sqlite"))
-        kind, _, target = spec.partition(":")
-        if kind == "postgres" and target.strip():
-            target, password = _split_password(target.strip())
-            return cls("postgres", target, password)
-        if kind in ("sqlite", "duckdb"):
-            default = root / ("catalog.sqlite" if kind == "sqlite" else "catalog.ducklake")
-            return cls(kind, target or str(default))
-        raise LakeError(
-            f"catalog '{redact(spec)}' is not understood: use sqlite[:PATH], duckdb[:PATH] or "
-            f"postgres:dbname=... host=... (set with --catalog or {CATALOG_ENV})"
-        )
-
-    @property
-    def uri(self) -> str:
-        return "ducklake:" + (self.target if self.kind == "duckdb" else f"{self.kind}:{self.target}")
-
-    @property
-    def extension(self) -> str | None:
-        return {"sqlite": "sqlite_scanner", "postgres": "postgres_scanner"}.get(self.kind)
-
-    def exists(self) -> bool:
-        return self.kind == "postgres" or Path(self.target).exists()
-
-
-_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)|(://[^:/@\s]*:)[^@\s]*@", re.IGNORECASE)
-
-
-def redact(text: str) -> str:
-    """`text` with any libpq password (password=..., or user:password@ in a URI) masked."""
-    return _PASSWORD.sub(lambda m: f"{m[1]}***" if m[1] else f"{m[3]}***@", text)
-
-
-def _split_password(conninfo: str) -> tuple[str, SecretStr | None]:
-    """A libpq connection string without its password, and the password (libpq's own parser)."""
-    from psycopg import conninfo as pq
-
-    try:
-        params = pq.conninfo_to_dict(conninfo)
-    except Exception:  # libpq quotes the string, password included: say nothing of it
-        raise LakeError(
-            f"the PostgreSQL catalog connection string '{redact(conninfo)}' cannot be parsed: write it as "
-            "libpq key=value pairs, e.g. postgres:'dbname=viewmill host=db user=viewmill'"
-        ) from None
-    password = params.pop("password", None)
-    return pq.make_conninfo(**params), SecretStr(str(password)) if password else None
-
-
-class WriterLock:
-    """Serialises the lake's writers from before a transaction starts until it commits.
-
-    DuckLake retries concurrent appends instead of failing them, so two writers that
-    check "which keys are new?" at the same time would both insert the same keys. Under
-    this lock a writer's snapshot includes every earlier commit. Local catalogs use a
-    file lock beside the catalog (filelock: flock on Unix, msvcrt on Windows); PostgreSQL
-    an advisory lock held by its own session.
-    """
-
-    KEY = "hashtext('viewmill-lake-writer')"
-
-    def __init__(self, catalog: Catalog, root: Path) -> None:
-        self.catalog, self.root = catalog, root
-        self._file = None
-        self._pg = None  # one session per Lake, opened at the first write, not one per commit
-
-    def acquire(self) -> None:
-        if self.catalog.kind == "postgres":
-            if self._pg is None or self._pg.closed:
-                psycopg = require("psycopg", "a PostgreSQL catalog's writer lock")
-                password = self.catalog.password.get_secret_value() if self.catalog.password else None
-                extra = {"password": password} if password else {}
-                self._pg = psycopg.connect(self.catalog.target, autocommit=True, **extra)
-            self._pg.execute(f"SELECT pg_advisory_lock({self.KEY})")
-        else:
-            if self._file is None:
-                self.root.mkdir(parents=True, exist_ok=True)
-                # One lock per Lake shared by its threads (as the Lake's own depth counter is);
-                # the file stays so no process ever locks a path another just unlinked.
-                self._file = filelock.FileLock(self.root / "writer.lock", thread_local=False, preserve_lock_file=True)
-            self._file.acquire()
-
-    def release(self) -> None:
-        if self._pg is not None and not self._pg.closed:
-            self._pg.execute(f"SELECT pg_advisory_unlock({self.KEY})")
-        if self._file is not None and self._file.is_locked:
-            self._file.release()
-
-    def close(self) -> None:
-        if self._pg is not None:
-            self._pg.close()  # ends the session, which would drop a lock still held
-            self._pg = None
-        if self._file is not None:
-            self._file.release(force=True)
-            self._file = None
 
 
 class Lake:
@@ -271,12 +105,12 @@ class Lake:
     def _attach(self) -> None:
         for name in ("ducklake", self.catalog.extension):
             if name:
-                self.con.execute(f"LOAD {_sql_literal(str(extension_path(name)))}")
+                self.con.execute(f"LOAD {sql_literal(str(extension_path(name)))}")
         if self.data_path.startswith("s3://"):
-            self.con.execute(f"LOAD {_sql_literal(str(extension_path('httpfs')))}")
+            self.con.execute(f"LOAD {sql_literal(str(extension_path('httpfs')))}")
             self.con.execute(s3_secret_sql())
         if self.catalog.password is not None:  # libpq gets it from a (temporary, redacted) DuckDB secret
-            secret = _sql_literal(self.catalog.password.get_secret_value())
+            secret = sql_literal(self.catalog.password.get_secret_value())
             # The default postgres secret: the one an ATTACH without its own SECRET option uses.
             sql = f"CREATE OR REPLACE TEMPORARY SECRET __default_postgres (TYPE postgres, PASSWORD {secret})"
             self.con.execute(sql)
@@ -302,13 +136,13 @@ class Lake:
         lake was made at; a lake that was moved, copied or restored elsewhere keeps its data
         in `<root>/data`, so that folder overrides the recorded one and the copy reads and
         writes only its own files."""
-        attach = f"ATTACH {_sql_literal(self.catalog.uri)} AS {CATALOG_NAME}"
+        attach = f"ATTACH {sql_literal(self.catalog.uri)} AS {CATALOG_NAME}"
         data = self.data_path.rstrip("/") + "/"
         try:
-            self.con.execute(f"{attach} ({', '.join([*options, f'DATA_PATH {_sql_literal(data)}'])})")
+            self.con.execute(f"{attach} ({', '.join([*options, f'DATA_PATH {sql_literal(data)}'])})")
             return
         except duckdb.Error as exc:  # DuckLake raises a plain Error for a data path mismatch
-            recorded = _recorded_data_path(str(exc))
+            recorded = recorded_data_path(str(exc))
             if recorded is None:
                 raise
         if self._explicit_data:
@@ -320,7 +154,7 @@ class Lake:
         # A local catalog lives in `root`: when `root/data` holds files, catalog and data moved
         # together. A PostgreSQL catalog is shared, so its recorded path is the truth.
         if self.catalog.kind != "postgres" and own.is_dir() and any(own.iterdir()):
-            override = [*options, f"DATA_PATH {_sql_literal(data)}", "OVERRIDE_DATA_PATH true"]
+            override = [*options, f"DATA_PATH {sql_literal(data)}", "OVERRIDE_DATA_PATH true"]
             self.con.execute(f"{attach} ({', '.join(override)})")
         else:  # made with its data elsewhere (another folder, s3://): use the recorded path
             self.con.execute(f"{attach} ({', '.join(options)})")
@@ -454,7 +288,7 @@ class Lake:
     def compact(self) -> None:
         """Merge the small Parquet files that chunked commits leave into larger ones."""
         with self._writing():
-            self.con.execute(f"CALL ducklake_merge_adjacent_files({_sql_literal(CATALOG_NAME)})")
+            self.con.execute(f"CALL ducklake_merge_adjacent_files({sql_literal(CATALOG_NAME)})")
 
     # -- reads ---------------------------------------------------------------------
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from viewmill.storage.lake import CATALOG_NAME, DATA_PATH_ENV, Catalog, Lake, LakeError, data_files
+from viewmill.storage.catalog import DATA_PATH_ENV, Catalog, data_files
+from viewmill.storage.lake import CATALOG_NAME, Lake, LakeError
 
 
 def init_lake(root: Path | str, *, catalog: str | None = None, data_path: str | None = None) -> Path | None:

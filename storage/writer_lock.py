@@ -1,0 +1,58 @@
+"""`WriterLock`: the lake's writers take turns, from before a transaction starts until it commits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import filelock
+from viewmill.storage.catalog import Catalog
+
+from viewmill.extras import require
+
+
+class WriterLock:
+    """Serialises the lake's writers from before a transaction starts until it commits.
+
+    DuckLake retries concurrent appends instead of failing them, so two writers that
+    check "which keys are new?" at the same time would both insert the same keys. Under
+    this lock a writer's snapshot includes every earlier commit. Local catalogs use a
+    file lock beside the catalog (filelock: flock on Unix, msvcrt on Windows); PostgreSQL
+    an advisory lock held by its own session.
+    """
+
+    KEY = "hashtext('viewmill-lake-writer')"
+
+    def __init__(self, catalog: Catalog, root: Path) -> None:
+        self.catalog, self.root = catalog, root
+        self._file = None
+        self._pg = None  # one session per Lake, opened at the first write, not one per commit
+
+    def acquire(self) -> None:
+        if self.catalog.kind == "postgres":
+            if self._pg is None or self._pg.closed:
+                psycopg = require("psycopg", "a PostgreSQL catalog's writer lock")
+                password = self.catalog.password.get_secret_value() if self.catalog.password else None
+                extra = {"password": password} if password else {}
+                self._pg = psycopg.connect(self.catalog.target, autocommit=True, **extra)
+            self._pg.execute(f"SELECT pg_advisory_lock({self.KEY})")
+        else:
+            if self._file is None:
+                self.root.mkdir(parents=True, exist_ok=True)
+                # One lock per Lake shared by its threads (as the Lake's own depth counter is);
+                # the file stays so no process ever locks a path another just unlinked.
+                self._file = filelock.FileLock(self.root / "writer.lock", thread_local=False, preserve_lock_file=True)
+            self._file.acquire()
+
+    def release(self) -> None:
+        if self._pg is not None and not self._pg.closed:
+            self._pg.execute(f"SELECT pg_advisory_unlock({self.KEY})")
+        if self._file is not None and self._file.is_locked:
+            self._file.release()
+
+    def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()  # ends the session, which would drop a lock still held
+            self._pg = None
+        if self._file is not None:
+            self._file.release(force=True)
+            self._file = None
