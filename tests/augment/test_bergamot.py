@@ -141,7 +141,7 @@ def test_cache_keys_carry_the_output_mode(tmp_path, en_pt):
 CHILD = textwrap.dedent(
     """
     import sys, time
-    import viewmill.augment.augmenters as augmenters
+    import viewmill.augment.translation_augmenters as translation_augmenters
     from viewmill.augment.bergamot import BergamotEngine
     from viewmill.augment.quality import FilterSpec
     from viewmill.augment.augmenters import BackTranslation
@@ -153,7 +153,7 @@ CHILD = textwrap.dedent(
             time.sleep(0.3)  # slow enough for the parent to kill between chunks
             return super().translate(texts, src, tgt, decoding)
 
-    augmenters.make_engine = lambda engine, src, tgt, *rest: SlowBergamot(src, tgt)
+    translation_augmenters.make_engine = lambda engine, src, tgt, *rest: SlowBergamot(src, tgt)
     with Lake(sys.argv[1]) as lake:
         make_views(lake, "c", BackTranslation(name="bt", engine="bergamot", path=["en", "pt", "en"]), FilterSpec(),
                    run_id="killed", chunk_size=4, on_progress=lambda done, total: print(done, flush=True))

@@ -22,7 +22,7 @@ pytestmark = needs_apertium
 CHILD = textwrap.dedent(
     """
     import sys, time
-    import viewmill.augment.augmenters as augmenters
+    import viewmill.augment.translation_augmenters as translation_augmenters
     from viewmill.augment.apertium import ApertiumEngine
     from viewmill.augment.quality import FilterSpec
     from viewmill.augment.augmenters import BackTranslation
@@ -34,7 +34,7 @@ CHILD = textwrap.dedent(
             time.sleep(0.3)  # slow enough for the parent to kill between chunks
             return super().translate(texts, src, tgt, decoding)
 
-    augmenters.make_engine = lambda engine, src, tgt, *rest: SlowApertium(src, tgt)
+    translation_augmenters.make_engine = lambda engine, src, tgt, *rest: SlowApertium(src, tgt)
     with Lake(sys.argv[1]) as lake:
         make_views(lake, "c", BackTranslation(name="bt", path=["en", "es", "en"]), FilterSpec(),
                        run_id="killed", chunk_size=4,

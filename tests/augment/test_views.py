@@ -2,7 +2,7 @@ from typing import ClassVar
 
 import pyarrow as pa
 import pytest
-import viewmill.augment.augmenters as augmenters_module
+import viewmill.augment.translation_augmenters as translation_module
 from viewmill.augment.apertium import ApertiumEngine
 from viewmill.augment.augmenters import BackTranslation
 from viewmill.augment.engines import EngineError
@@ -49,7 +49,7 @@ class CountingEngine:
 @pytest.fixture
 def counting(monkeypatch):
     CountingEngine.calls, CountingEngine.fail_on_call = [], None
-    monkeypatch.setattr(augmenters_module, "make_engine", lambda engine, src, tgt, *rest: CountingEngine(src, tgt))
+    monkeypatch.setattr(translation_module, "make_engine", lambda engine, src, tgt, *rest: CountingEngine(src, tgt))
     return CountingEngine
 
 

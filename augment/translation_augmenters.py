@@ -1,0 +1,140 @@
+"""Translation augmenters: round trips through pivot languages (`backtranslation`) and
+forward translation (`forward`), and the producer that chains their engines' legs through
+the translation cache."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from viewmill.augment.augmenter_base import AugmenterConfig, ProducedView, Producer
+from viewmill.augment.cache import CacheStats, translate_cached
+from viewmill.augment.engines import ENGINES, DecodingSpec, TranslationEngine, make_engine
+from viewmill.storage.lake import Lake
+from viewmill.storage.registry import RegistryError
+
+
+class Translating(AugmenterConfig):
+    """Engine settings shared by round trips and forward translation.
+
+    Neural engines take `model` (one multilingual model for every leg, e.g. M2M100 or NLLB)
+    or `models` (one per leg, e.g. facebook/wmt19-en-de then facebook/wmt19-de-en): hub
+    ids or local directories.
+    """
+
+    engine: str = Field("apertium", description="a registered engine: apertium, hf, ctranslate2 or a plugin's")
+    model: str | None = None
+    models: list[str] | None = None
+    device: str = "cpu"
+    compute_type: str | None = Field(
+        None, description="ctranslate2: int8, float16, bfloat16, float32; hf: float32, float16, bfloat16"
+    )
+    max_batch_tokens: int | None = Field(
+        None, ge=64, description="neural engines: source tokens x beam per batch (default 4096 on CPU, 32768 on GPU)"
+    )
+    decoding: DecodingSpec = DecodingSpec()
+
+    @property
+    def legs(self) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _models_fit_the_engine(self):
+        legs = len(self.legs)
+        try:
+            needs_model = ENGINES.get(self.engine).needs_model
+        except RegistryError as exc:
+            raise ValueError(str(exc)) from None
+        if not needs_model and (self.model or self.models):
+            raise ValueError(f"{self.engine} takes no model: remove model/models or choose engine hf or ctranslate2")
+        if needs_model:
+            if bool(self.model) == bool(self.models):
+                raise ValueError(f"engine {self.engine} needs either model (one for all legs) or models (one per leg)")
+            if self.models is not None and len(self.models) != legs:
+                raise ValueError(f"models has {len(self.models)} entries for {legs} translation legs")
+        return self
+
+    def model_for(self, leg: int) -> str | None:
+        return self.models[leg] if self.models else self.model
+
+    def producer(self, lake: Lake | None) -> Producer:
+        return TranslationProducer(self)
+
+
+class BackTranslation(Translating):
+    """A round trip through one or more pivots, e.g. path [en, es, en] or [en, de, fr, en]."""
+
+    method: Literal["backtranslation"] = "backtranslation"
+    path: list[str] = Field(min_length=3)
+
+    @field_validator("path")
+    @classmethod
+    def _round_trip(cls, path: list[str]) -> list[str]:
+        if path[0] != path[-1]:
+            raise ValueError(f"a round trip must end in its source language: {'>'.join(path)}")
+        return path
+
+    @property
+    def legs(self) -> list[tuple[str, str]]:
+        return list(itertools.pairwise(self.path))
+
+    @property
+    def path_label(self) -> str:
+        return ">".join(self.path)
+
+
+class Forward(Translating):
+    """Forward translation into another language: the view is the translation itself."""
+
+    method: Literal["forward"] = "forward"
+    source: str = "en"
+    target: str
+
+    @property
+    def legs(self) -> list[tuple[str, str]]:
+        return [(self.source, self.target)]
+
+    @property
+    def path_label(self) -> str:
+        return f"{self.source}>{self.target}"
+
+
+class TranslationProducer:
+    """Chains the spec's legs: a round trip back to the source, or one forward leg."""
+
+    def __init__(self, spec: BackTranslation | Forward) -> None:
+        self.spec = spec
+        self.legs = spec.legs
+        self.lang = self.legs[-1][1]
+        self.engines: list[TranslationEngine] = []
+        try:
+            for leg, (src, tgt) in enumerate(self.legs):
+                engine = make_engine(
+                    spec.engine, src, tgt, spec.model_for(leg), spec.device, spec.compute_type, spec.max_batch_tokens
+                )
+                self.engines.append(engine)
+        except BaseException:
+            self.close()
+            raise
+        self.identity = [(e.name, e.model, e.revision) for e in self.engines]
+
+    def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
+        texts = [text for _, text in chunk]
+        keys: list[list[str]] = [[] for _ in chunk]
+        for engine, (src, tgt) in zip(self.engines, self.legs, strict=True):
+            translated, leg_stats = translate_cached(lake, engine, texts, src, tgt, self.spec.decoding, run_id=run_id)
+            stats.add(leg_stats)
+            for i, text in enumerate(texts):
+                keys[i].append(translated[text][1])
+            texts = [translated[text][0] for text in texts]
+        provenance = {
+            "engines": [e.name for e in self.engines],
+            "models": [f"{e.model}@{e.revision}" for e in self.engines],
+            "decoding": self.spec.decoding.canonical(),
+        }
+        return [ProducedView(text, {**provenance, "cache_keys": k}) for text, k in zip(texts, keys, strict=True)]
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
