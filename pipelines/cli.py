@@ -1,4 +1,6 @@
-"""The `viewmill` command line."""
+"""The `viewmill` command line: the app, how a command ends (one message, an exit status),
+and the small commands; `run_cli` holds the commands that run recipes, `lake_cli`, `data`,
+`prefect_cli` and `views_cli` the other sub-commands."""
 
 from __future__ import annotations
 
@@ -9,41 +11,60 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from viewmill.augment.engines import EngineError
-from viewmill.augment.ingest import CorpusError
 from viewmill.pipelines import lake_cli
+from viewmill.pipelines.cli_common import (
+    DEBUG_ENV,
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    HELP,
+    USER_ERRORS,
+    CatalogOption,
+    DaskOption,
+    Overrides,
+    PrefectOption,
+    StateDir,
+    console,
+    err_console,
+    fail,
+    load_settings,
+    open_lake_read_only,
+)
 from viewmill.pipelines.data import data_app
 from viewmill.pipelines.output import OutputError, OutputFormat, print_table, write_file, write_stdout
 from viewmill.pipelines.prefect_cli import deploy, server_app
-from viewmill.pipelines.prefect_env import PrefectServerError
-from viewmill.pipelines.recipe import RecipeError, load_recipe, load_suite
+from viewmill.pipelines.recipe import load_suite
+from viewmill.pipelines.run_cli import run, serve, sweep, train
 from viewmill.pipelines.state import StatePaths
 from viewmill.pipelines.views_cli import views_app
-from viewmill.storage.lake import CATALOG_ENV, Lake, LakeError
-from viewmill.storage.settings import Settings
-from viewmill.train.encoder import EncoderError
-from viewmill.train.evaluate import EvalDataError
 
 from viewmill import __version__
-from viewmill.extras import MissingExtraError, missing_extra
 
-# Results go to stdout (`console`); progress, status and errors to stderr (`err_console`),
-# so `viewmill sql ... --format csv > out.csv` and pipes get the result and nothing else.
-# Piped output is not cut to 80 columns: lake ids and texts must survive `| less` and logs.
-console = Console(width=None if sys.stdout.isatty() else 240)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
-
-USER_ERRORS = (
-    RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError, PrefectServerError, OutputError,
-    MissingExtraError,
-)  # fmt: skip
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-DEBUG_ENV = "VIEWMILL_DEBUG"
-EXIT_CODES = "Exit status: 0 ok, 1 a failed run, 2 usage or bad input. VIEWMILL_DEBUG=1 shows tracebacks."
-# Every app (sub-apps too) takes -h as well as --help.
-HELP = {"help_option_names": ["-h", "--help"]}
+# The CLI's public names; those defined in `cli_common` and `run_cli` stay importable from here.
+__all__ = [
+    "DEBUG_ENV",
+    "EXIT_CODES",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "HELP",
+    "USER_ERRORS",
+    "CatalogOption",
+    "DaskOption",
+    "Overrides",
+    "PrefectOption",
+    "StateDir",
+    "ViewmillGroup",
+    "app",
+    "console",
+    "err_console",
+    "main",
+    "run",
+    "serve",
+    "sweep",
+    "train",
+]
 
 
 class ViewmillGroup(typer.core.TyperGroup):
@@ -58,11 +79,11 @@ class ViewmillGroup(typer.core.TyperGroup):
         except BrokenPipeError:
             _closed_pipe()
         except USER_ERRORS as exc:
-            _fail(exc)
+            fail(exc)
         except Exception as exc:
             if os.environ.get(DEBUG_ENV):
                 raise
-            _fail(exc, EXIT_FAILED)
+            fail(exc, EXIT_FAILED)
 
 
 def _closed_pipe() -> None:
@@ -86,6 +107,9 @@ app.add_typer(data_app, name="data")
 app.add_typer(server_app, name="server")
 app.add_typer(views_app, name="views")
 app.command()(deploy)
+app.command()(run)
+app.command()(train)
+app.command()(sweep)
 
 
 def _print_version(value: bool) -> None:
@@ -101,200 +125,6 @@ def main(
     ] = False,
 ) -> None:
     """viewmill: augmented view pairs for sentence-embedding learning."""
-
-
-StateDir = Annotated[
-    Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")
-]
-CatalogOption = Annotated[
-    str | None,
-    typer.Option(
-        "--catalog",
-        help="lake catalog: sqlite (default), duckdb, or postgres:'dbname=... host=...' (default $VIEWMILL_CATALOG)",
-    ),
-]
-
-
-def _settings(catalog: str | None = None, dask: str | None = None) -> Settings:
-    """VIEWMILL_* read once, flags winning; commands pass the result on explicitly."""
-    return Settings().with_overrides(catalog=catalog, dask=dask)
-
-
-def _open_lake(state_dir: Path | None, catalog: str | None) -> Lake:
-    return _settings(catalog).open_lake(StatePaths.resolve(state_dir).lake, read_only=True)
-
-
-def _fail(exc: Exception, code: int = EXIT_USAGE) -> None:
-    """One message on stderr, then exit: EXIT_USAGE for bad input, EXIT_FAILED for a run that failed."""
-    missing = missing_extra(exc)
-    if missing is not None:  # an optional package this install lacks: name the extra that brings it
-        exc, code = missing, EXIT_USAGE
-    known = isinstance(exc, (*USER_ERRORS, ValueError))
-    message = str(exc) if known else f"{type(exc).__name__}: {exc}"
-    if code == EXIT_FAILED:
-        message = f"failed: {message} (VIEWMILL_DEBUG=1 shows the traceback)"
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
-    raise typer.Exit(code)
-
-
-Overrides = Annotated[
-    list[str] | None, typer.Option("--set", help="override a recipe setting, e.g. --set train.objective=ntxent")
-]
-PrefectOption = Annotated[
-    bool, typer.Option(help="run as a Prefect flow (your configured Prefect server, else a temporary local one)")
-]
-
-DaskOption = Annotated[
-    str | None,
-    typer.Option(
-        "--dask",
-        help="run augmentation shards on a Dask cluster: tcp://scheduler:8786, or local:N (default $VIEWMILL_DASK)",
-    ),
-]
-
-
-def _check_dask(dask: str | None, prefect: bool) -> None:
-    if dask and not prefect:
-        raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
-
-
-def _flow(name: str, state: StatePaths):
-    """One of viewmill's flows, with Prefect pointed at a server (the user's, checked first,
-    else the state directory's temporary one). Where its shards run comes with its settings."""
-    from viewmill.pipelines.prefect_env import connect_prefect
-
-    err_console.print(connect_prefect(state), highlight=False)
-    from viewmill.pipelines import flows
-
-    return getattr(flows, name)
-
-
-@app.command()
-def run(
-    recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
-    state_dir: StateDir = None,
-    catalog: CatalogOption = None,
-    overrides: Overrides = None,
-    prefect: PrefectOption = True,
-    dask: DaskOption = None,
-) -> None:
-    """Run a recipe end to end: ingest, augment, pair, train, evaluate."""
-    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=None, evaluate=True)
-
-
-@app.command()
-def train(
-    recipe: Annotated[Path, typer.Argument(help="recipe YAML with a train section")],
-    snapshot: Annotated[
-        str | None, typer.Option(help="train on this existing pairs snapshot instead of making the recipe's pairs")
-    ] = None,
-    state_dir: StateDir = None,
-    catalog: CatalogOption = None,
-    overrides: Overrides = None,
-    prefect: PrefectOption = True,
-    dask: DaskOption = None,
-) -> None:
-    """Train the recipe's encoder (no evaluation); the model is recorded in the lake with its lineage."""
-    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=snapshot, evaluate=False)
-
-
-def _run(
-    recipe: Path,
-    state_dir,
-    catalog,
-    overrides,
-    prefect: bool,
-    dask: str | None,
-    *,
-    snapshot: str | None,
-    evaluate: bool,
-) -> None:
-    from transformers.utils import logging as hf_logging
-    from viewmill.pipelines.context import RunContext
-    from viewmill.pipelines.pair_stage import existing_snapshot
-    from viewmill.pipelines.preflight import preflight
-    from viewmill.pipelines.report import render_summary
-    from viewmill.pipelines.run import run_recipe
-
-    hf_logging.disable_progress_bar()  # viewmill's own bars say what is happening
-    settings = _settings(catalog, dask)
-    state = StatePaths.resolve(state_dir)
-    try:
-        _check_dask(dask, prefect)
-        parsed = load_recipe(recipe, overrides)
-        if not evaluate and parsed.train is None:
-            raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
-        ctx = RunContext(parsed, state, settings)
-        if snapshot is None:
-            preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
-        else:
-            existing_snapshot(ctx, snapshot)
-    except USER_ERRORS as exc:
-        _fail(exc)
-    try:  # from here on a failure is a failed run (recorded in `runs`), not bad input
-        if prefect and evaluate:
-            recipe_flow = _flow("recipe_flow", state)
-            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [],
-                                  settings=settings)  # fmt: skip
-        elif prefect:
-            train_flow = _flow("train_flow", state)
-            summary = train_flow(str(recipe), str(state.root), snapshot=snapshot, preflight_done=True,
-                                 overrides=overrides or [], settings=settings)  # fmt: skip
-        else:
-            summary = run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
-    except PrefectServerError as exc:
-        _fail(exc)
-    except Exception as exc:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        _fail(exc, EXIT_FAILED)
-    render_summary(summary, console)
-
-
-@app.command()
-def sweep(
-    recipe: Annotated[Path, typer.Argument(help="recipe YAML with a sweep section, e.g. recipes/snli-bsl-sweep.yaml")],
-    state_dir: StateDir = None,
-    catalog: CatalogOption = None,
-    overrides: Overrides = None,
-    prefect: PrefectOption = True,
-    dask: DaskOption = None,
-) -> None:
-    """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
-    the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
-    from transformers.utils import logging as hf_logging
-    from viewmill.pipelines.context import RunContext
-    from viewmill.pipelines.preflight import preflight
-    from viewmill.pipelines.sweep import run_sweep
-
-    hf_logging.disable_progress_bar()
-    settings = _settings(catalog, dask)
-    state = StatePaths.resolve(state_dir)
-    try:
-        _check_dask(dask, prefect)
-        parsed = load_recipe(recipe, overrides)
-        if parsed.sweep is None:
-            raise RecipeError(f"recipe {recipe} has no sweep section: add sweep.grid or sweep.configs")
-        preflight(RunContext(parsed, state, settings))
-    except USER_ERRORS as exc:
-        _fail(exc)
-    try:  # from here on a failure is a failed run, not bad input
-        if prefect:
-            sweep_flow = _flow("sweep_flow", state)
-            result = sweep_flow(str(recipe), str(state.root), overrides=overrides or [], settings=settings)
-            markdown = Path(result["markdown_path"]).read_text(encoding="utf-8")
-            paths = (result["markdown_path"], result["plot_path"])
-        else:
-            report = run_sweep(recipe, state, overrides, settings=settings)
-            markdown, paths = report.markdown, (report.markdown_path, report.plot_path)
-    except PrefectServerError as exc:
-        _fail(exc)
-    except Exception as exc:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        _fail(exc, EXIT_FAILED)
-    console.print(markdown, highlight=False, markup=False)
-    console.print(f"table: {paths[0]}\nplot: {paths[1]}", highlight=False)
 
 
 @app.command("eval")
@@ -314,41 +144,16 @@ def eval_models(
     state = StatePaths.resolve(state_dir)
     try:
         report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out,
-                              settings=_settings(catalog))  # fmt: skip
+                              settings=load_settings(catalog))  # fmt: skip
     except USER_ERRORS as exc:
-        _fail(exc)
+        fail(exc)
     console.print(report.markdown, highlight=False, markup=False)
     for line in report.conventions:
         console.print(line, highlight=False, markup=False)
     console.print(f"table: {report.markdown_path}\nplot: {report.plot_path}", highlight=False)
 
 
-@app.command()
-def serve(
-    recipe: Annotated[Path, typer.Argument(help="recipe YAML to augment nightly and train on new pairs")],
-    cron: Annotated[str, typer.Option(help="augmentation schedule (cron, server time zone)")] = "0 2 * * *",
-    state_dir: StateDir = None,
-    catalog: CatalogOption = None,
-) -> None:
-    """Serve this recipe's deployments from this machine (needs a Prefect server: PREFECT_API_URL or the profile's)."""
-    if catalog:  # the flow runs served here read VIEWMILL_* once each, like a worker's runs
-        os.environ[CATALOG_ENV] = catalog
-    state = StatePaths.resolve(state_dir)
-    try:
-        load_recipe(recipe)
-    except USER_ERRORS as exc:
-        _fail(exc)
-    from viewmill.pipelines.prefect_env import connect_prefect
-
-    try:  # schedules and triggers need the user's server (PREFECT_API_URL or the profile's)
-        err_console.print(connect_prefect(None), highlight=False)
-    except USER_ERRORS as exc:
-        _fail(exc)
-    from prefect import serve as prefect_serve
-    from viewmill.pipelines.flows import deployments, ensure_gpu_limit
-
-    ensure_gpu_limit()
-    prefect_serve(*deployments(str(recipe), str(state.root), cron=cron))
+app.command()(serve)
 
 
 @app.command()
@@ -372,17 +177,17 @@ def sql(
     import duckdb
 
     if fmt is OutputFormat.parquet and output is None:
-        _fail(OutputError("--format parquet is binary: add --output FILE (e.g. --output result.parquet)"))
+        fail(OutputError("--format parquet is binary: add --output FILE (e.g. --output result.parquet)"))
     if fmt is OutputFormat.table and output is not None:
-        _fail(OutputError("--output needs --format csv, json or parquet (table is for the terminal)"))
+        fail(OutputError("--output needs --format csv, json or parquet (table is for the terminal)"))
     from viewmill.storage.sandbox import run_query
 
     try:  # read-only and locked down
-        table = run_query(StatePaths.resolve(state_dir).lake, query, catalog=_settings(catalog).catalog_spec())
+        table = run_query(StatePaths.resolve(state_dir).lake, query, catalog=load_settings(catalog).catalog_spec())
     except USER_ERRORS as exc:
-        _fail(exc)
+        fail(exc)
     except duckdb.Error as exc:
-        _fail(ValueError(f"query failed: {exc}"))
+        fail(ValueError(f"query failed: {exc}"))
     if output is None:
         write_stdout(table, fmt, console)
     else:
@@ -394,13 +199,13 @@ def sql(
 def snapshots(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
     """List the named pairs snapshots."""
     try:
-        with _open_lake(state_dir, catalog) as lake:
+        with open_lake_read_only(state_dir, catalog) as lake:
             table = lake.arrow(
                 "SELECT snapshot, recipe, corpus, n_pairs, lake_version, created_at, run_id "
                 "FROM snapshots ORDER BY created_at"
             )
     except USER_ERRORS as exc:
-        _fail(exc)
+        fail(exc)
     print_table(table, console)
 
 
@@ -416,16 +221,15 @@ def export(
     from viewmill.storage.snapshots import export_snapshot
 
     try:
-        with _open_lake(state_dir, catalog) as lake:
+        with open_lake_read_only(state_dir, catalog) as lake:
             n = export_snapshot(lake, snapshot, out, fmt)
     except USER_ERRORS as exc:
-        _fail(exc)
+        fail(exc)
     err_console.print(f"wrote {n} pairs of {snapshot} to {out}", highlight=False)  # status, not a result
 
 
 # init, compact, verify, repair: making, tidying, checking and mending a lake
 lake_cli.register(lake_app)
-
 
 
 @app.command()
@@ -441,7 +245,8 @@ def plugins() -> None:
         for registry in (AUGMENTERS, ENGINES, OBJECTIVES, READERS):
             console.print(f"{registry.kind}s [{registry.group}]: {registry.help()}", highlight=False, markup=False)
     except ValueError as exc:  # a broken or clashing plugin
-        _fail(exc)
+        fail(exc)
+
 
 if __name__ == "__main__":
     app()

@@ -1,0 +1,196 @@
+"""`viewmill run | train | sweep | serve`: the commands that run a recipe (through Prefect
+unless --no-prefect) or serve its deployments; registered on the app by `viewmill.pipelines.cli`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from viewmill.pipelines.cli_common import (
+    DEBUG_ENV,
+    EXIT_FAILED,
+    USER_ERRORS,
+    CatalogOption,
+    DaskOption,
+    Overrides,
+    PrefectOption,
+    StateDir,
+    console,
+    err_console,
+    fail,
+    load_settings,
+)
+from viewmill.pipelines.prefect_env import PrefectServerError
+from viewmill.pipelines.recipe import RecipeError, load_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.catalog import CATALOG_ENV
+
+
+def _check_dask(dask: str | None, prefect: bool) -> None:
+    if dask and not prefect:
+        raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
+
+
+def _flow(name: str, state: StatePaths):
+    """One of viewmill's flows, with Prefect pointed at a server (the user's, checked first,
+    else the state directory's temporary one). Where its shards run comes with its settings."""
+    from viewmill.pipelines.prefect_env import connect_prefect
+
+    err_console.print(connect_prefect(state), highlight=False)
+    from viewmill.pipelines import flows
+
+    return getattr(flows, name)
+
+
+def run(
+    recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+    overrides: Overrides = None,
+    prefect: PrefectOption = True,
+    dask: DaskOption = None,
+) -> None:
+    """Run a recipe end to end: ingest, augment, pair, train, evaluate."""
+    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=None, evaluate=True)
+
+
+def train(
+    recipe: Annotated[Path, typer.Argument(help="recipe YAML with a train section")],
+    snapshot: Annotated[
+        str | None, typer.Option(help="train on this existing pairs snapshot instead of making the recipe's pairs")
+    ] = None,
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+    overrides: Overrides = None,
+    prefect: PrefectOption = True,
+    dask: DaskOption = None,
+) -> None:
+    """Train the recipe's encoder (no evaluation); the model is recorded in the lake with its lineage."""
+    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=snapshot, evaluate=False)
+
+
+def _run(
+    recipe: Path,
+    state_dir,
+    catalog,
+    overrides,
+    prefect: bool,
+    dask: str | None,
+    *,
+    snapshot: str | None,
+    evaluate: bool,
+) -> None:
+    from transformers.utils import logging as hf_logging
+    from viewmill.pipelines.context import RunContext
+    from viewmill.pipelines.pair_stage import existing_snapshot
+    from viewmill.pipelines.preflight import preflight
+    from viewmill.pipelines.report import render_summary
+    from viewmill.pipelines.run import run_recipe
+
+    hf_logging.disable_progress_bar()  # viewmill's own bars say what is happening
+    settings = load_settings(catalog, dask)
+    state = StatePaths.resolve(state_dir)
+    try:
+        _check_dask(dask, prefect)
+        parsed = load_recipe(recipe, overrides)
+        if not evaluate and parsed.train is None:
+            raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
+        ctx = RunContext(parsed, state, settings)
+        if snapshot is None:
+            preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
+        else:
+            existing_snapshot(ctx, snapshot)
+    except USER_ERRORS as exc:
+        fail(exc)
+    try:  # from here on a failure is a failed run (recorded in `runs`), not bad input
+        if prefect and evaluate:
+            recipe_flow = _flow("recipe_flow", state)
+            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [],
+                                  settings=settings)  # fmt: skip
+        elif prefect:
+            train_flow = _flow("train_flow", state)
+            summary = train_flow(str(recipe), str(state.root), snapshot=snapshot, preflight_done=True,
+                                 overrides=overrides or [], settings=settings)  # fmt: skip
+        else:
+            summary = run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
+    except PrefectServerError as exc:
+        fail(exc)
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        fail(exc, EXIT_FAILED)
+    render_summary(summary, console)
+
+
+def sweep(
+    recipe: Annotated[Path, typer.Argument(help="recipe YAML with a sweep section, e.g. recipes/snli-bsl-sweep.yaml")],
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+    overrides: Overrides = None,
+    prefect: PrefectOption = True,
+    dask: DaskOption = None,
+) -> None:
+    """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
+    the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
+    from transformers.utils import logging as hf_logging
+    from viewmill.pipelines.context import RunContext
+    from viewmill.pipelines.preflight import preflight
+    from viewmill.pipelines.sweep import run_sweep
+
+    hf_logging.disable_progress_bar()
+    settings = load_settings(catalog, dask)
+    state = StatePaths.resolve(state_dir)
+    try:
+        _check_dask(dask, prefect)
+        parsed = load_recipe(recipe, overrides)
+        if parsed.sweep is None:
+            raise RecipeError(f"recipe {recipe} has no sweep section: add sweep.grid or sweep.configs")
+        preflight(RunContext(parsed, state, settings))
+    except USER_ERRORS as exc:
+        fail(exc)
+    try:  # from here on a failure is a failed run, not bad input
+        if prefect:
+            sweep_flow = _flow("sweep_flow", state)
+            result = sweep_flow(str(recipe), str(state.root), overrides=overrides or [], settings=settings)
+            markdown = Path(result["markdown_path"]).read_text(encoding="utf-8")
+            paths = (result["markdown_path"], result["plot_path"])
+        else:
+            report = run_sweep(recipe, state, overrides, settings=settings)
+            markdown, paths = report.markdown, (report.markdown_path, report.plot_path)
+    except PrefectServerError as exc:
+        fail(exc)
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        fail(exc, EXIT_FAILED)
+    console.print(markdown, highlight=False, markup=False)
+    console.print(f"table: {paths[0]}\nplot: {paths[1]}", highlight=False)
+
+
+def serve(
+    recipe: Annotated[Path, typer.Argument(help="recipe YAML to augment nightly and train on new pairs")],
+    cron: Annotated[str, typer.Option(help="augmentation schedule (cron, server time zone)")] = "0 2 * * *",
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """Serve this recipe's deployments from this machine (needs a Prefect server: PREFECT_API_URL or the profile's)."""
+    if catalog:  # the flow runs served here read VIEWMILL_* once each, like a worker's runs
+        os.environ[CATALOG_ENV] = catalog
+    state = StatePaths.resolve(state_dir)
+    try:
+        load_recipe(recipe)
+    except USER_ERRORS as exc:
+        fail(exc)
+    from viewmill.pipelines.prefect_env import connect_prefect
+
+    try:  # schedules and triggers need the user's server (PREFECT_API_URL or the profile's)
+        err_console.print(connect_prefect(None), highlight=False)
+    except USER_ERRORS as exc:
+        fail(exc)
+    from prefect import serve as prefect_serve
+    from viewmill.pipelines.flows import deployments, ensure_gpu_limit
+
+    ensure_gpu_limit()
+    prefect_serve(*deployments(str(recipe), str(state.root), cron=cron))
