@@ -32,6 +32,7 @@ from viewmill.pipelines.cli_common import (
     open_lake_read_only,
 )
 from viewmill.pipelines.data import data_app
+from viewmill.pipelines.models_cli import models_app
 from viewmill.pipelines.output import OutputError, OutputFormat, print_table, write_file, write_stdout
 from viewmill.pipelines.prefect_cli import deploy, server_app
 from viewmill.pipelines.recipe import load_suite
@@ -106,6 +107,7 @@ app.add_typer(lake_app, name="lake")
 app.add_typer(data_app, name="data")
 app.add_typer(server_app, name="server")
 app.add_typer(views_app, name="views")
+app.add_typer(models_app, name="models")
 app.command()(deploy)
 app.command()(run)
 app.command()(train)
