@@ -96,7 +96,7 @@ ENGINES: Registry[Engine] = Registry(
     {
         "apertium": "viewmill.augment.apertium:ENGINE",
         "hf": "viewmill.augment.neural:HF_ENGINE",
-        "ctranslate2": "viewmill.augment.neural:CT2_ENGINE",
+        "ctranslate2": "viewmill.augment.ctranslate2_engine:CT2_ENGINE",
         "bergamot": "viewmill.augment.bergamot:ENGINE",
     },
     check=_engine_entry,

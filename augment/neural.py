@@ -7,18 +7,13 @@ set on the tokenizer and the target language forced as the first generated token
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from viewmill.augment.engines import DecodingSpec, Engine, EngineError, EngineOptions
 from viewmill.augment.models import load_once
-from viewmill.storage.files import build_dir_atomically, user_cache_dir
-from viewmill.storage.ids import dir_fingerprint, fingerprint
-
-from viewmill.extras import require
+from viewmill.storage.ids import dir_fingerprint
 
 # ISO 639-1 -> FLORES-200 codes used by NLLB.
 NLLB_CODES = {
@@ -117,7 +112,7 @@ def length_batches(lengths: list[int], max_batch_tokens: int, parallel: int = 1)
     return batches
 
 
-class _Seq2SeqEngine:
+class Seq2SeqEngine:
     """Shared by both engines: loading, checks, batching, too-long inputs, output order."""
 
     name = "seq2seq"
@@ -145,12 +140,18 @@ class _Seq2SeqEngine:
         # A beam of k decodes k hypotheses per sentence: the budget counts them all, so a
         # beam-4 batch holds a quarter of a greedy one (memory and CPU cache stay bounded).
         parallel = decoding.num_hypotheses if decoding.sampling else decoding.beam_size
-        for batch in length_batches([len(ids[i]) for i in usable], self.max_batch_tokens, parallel):
-            members = [usable[b] for b in batch]
-            hypotheses = self._generate([ids[i] for i in members], tgt, decoding)
-            for i, hyps in zip(members, hypotheses, strict=True):
+        lengths = [len(ids[i]) for i in usable]
+        batches = [[usable[b] for b in batch] for batch in length_batches(lengths, self.max_batch_tokens, parallel)]
+        hypotheses = self._generate_batches([[ids[i] for i in members] for members in batches], tgt, decoding)
+        for members, batch_hypotheses in zip(batches, hypotheses, strict=True):
+            for i, hyps in zip(members, batch_hypotheses, strict=True):
                 out[i] = hyps
         return out
+
+    def _generate_batches(
+        self, batches: list[list[list[int]]], tgt: str, decoding: DecodingSpec
+    ) -> list[list[list[str]]]:
+        return [self._generate(batch_ids, tgt, decoding) for batch_ids in batches]
 
     def _max_new_tokens(self, source_length: int, decoding: DecodingSpec) -> int:
         return max(4, math.ceil(source_length * decoding.max_length_ratio))
@@ -163,10 +164,9 @@ class _Seq2SeqEngine:
 
 
 HF_DTYPES = ("float32", "float16", "bfloat16")
-CT2_TYPES = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
-class HFEngine(_Seq2SeqEngine):
+class HFEngine(Seq2SeqEngine):
     """transformers generate(): greedy, beam search or sampling. Weights load at the first batch."""
 
     name = "hf"
@@ -235,140 +235,17 @@ class HFEngine(_Seq2SeqEngine):
         return [[t.strip() for t in texts[i * n : (i + 1) * n]] for i in range(len(batch_ids))]
 
 
-def _target_vocabulary(model_dir: Path) -> set[str]:
-    for name in ("target_vocabulary.json", "shared_vocabulary.json"):
-        if (model_dir / name).is_file():
-            return set(json.loads((model_dir / name).read_text(encoding="utf-8")))
-    for name in ("target_vocabulary.txt", "shared_vocabulary.txt"):
-        if (model_dir / name).is_file():
-            return set((model_dir / name).read_text(encoding="utf-8").splitlines())
-    return set()
-
-
-def ct2_cache_dir() -> Path:
-    return user_cache_dir() / "ctranslate2"
-
-
-def convert_to_ct2(ref: str, revision: str, model_type: str) -> Path:
-    """Convert once per model revision into the cache (weights kept float32; quantised at load)."""
-    ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
-
-    target = ct2_cache_dir() / fingerprint(ref, revision)[:20]
-    if (target / "model.bin").is_file():
-        return target
-
-    def convert(staging: Path) -> None:
-        if model_type == "fsmt":
-            from viewmill.augment.ct2_fsmt import FSMTConverter
-
-            FSMTConverter(ref).convert(str(staging), force=True)
-        else:
-            ctranslate2.converters.TransformersConverter(ref).convert(str(staging), force=True)
-
-    return build_dir_atomically(target, convert)
-
-
-class CT2Engine(_Seq2SeqEngine):
-    """CTranslate2: int8 on CPU and float16 on GPU by default; `compute_type` overrides.
-    Conversion and loading happen at the first batch."""
-
-    name = "ctranslate2"
-
-    def __init__(
-        self,
-        ref: str,
-        src: str,
-        tgt: str,
-        device: str = "cpu",
-        compute_type: str | None = None,
-        max_batch_tokens: int = 4096,
-    ) -> None:
-        super().__init__(ref, src, tgt, max_batch_tokens)
-        ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
-
-        self.compute_type = compute_type or ("int8" if device == "cpu" else "float16")
-        if self.compute_type not in CT2_TYPES:
-            raise EngineError(f"ctranslate2 compute_type '{self.compute_type}' is not one of {', '.join(CT2_TYPES)}")
-        if device.startswith("cuda") and ctranslate2.get_cuda_device_count() == 0:
-            raise EngineError(f"{ref}: device {device} asked for, but CTranslate2 sees no CUDA GPU: use device cpu")
-        self.device = device
-        self._hf_revision = self.revision
-        # One float32 conversion serves every compute type (quantised at load) ...
-        self.revision = f"{self.revision}:{self.compute_type}"  # ... but quantisation changes outputs
-
-    def _load(self) -> tuple[Any, list[list[str]] | None]:
-        ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
-
-        model_dir = convert_to_ct2(self.ref, self._hf_revision, self.hf_config.model_type)
-        threads = max(1, os.cpu_count() or 1)
-        translator = ctranslate2.Translator(
-            str(model_dir), device=self.device, compute_type=self.compute_type, intra_threads=threads
-        )
-        # Some conversions drop the padding token (Marian's); suppress it where it exists.
-        pad = self.tokenizer.pad_token
-        suppress = [[pad]] if pad and pad in _target_vocabulary(model_dir) else None
-        return translator, suppress
-
-    @property
-    def translator(self) -> Any:
-        return load_once("ctranslate2", self.ref, self.device, self.compute_type, self._load)[0]
-
-    @property
-    def suppress(self) -> list[list[str]] | None:
-        return load_once("ctranslate2", self.ref, self.device, self.compute_type, self._load)[1]
-
-    def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
-        ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
-
-        sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in batch_ids]
-        target = self.family.target_token(tgt)
-        kwargs: dict[str, Any] = {
-            "beam_size": 1 if decoding.sampling else decoding.beam_size,
-            "num_hypotheses": decoding.num_hypotheses,
-            "max_decoding_length": self._max_new_tokens(max(len(s) for s in sources), decoding),
-            "suppress_sequences": self.suppress,
-            "return_scores": False,
-        }
-        if target is not None:
-            kwargs["target_prefix"] = [[target]] * len(sources)
-        if decoding.sampling:
-            ctranslate2.set_random_seed(decoding.seed)  # CTranslate2's own generator, not torch's
-            kwargs.update(
-                sampling_topk=decoding.top_k or 0,
-                sampling_topp=decoding.top_p,
-                sampling_temperature=decoding.temperature,
-            )
-        results = self.translator.translate_batch(sources, **kwargs)
-        out = []
-        for result in results:
-            hyps = []
-            for tokens in result.hypotheses:
-                ids = self.tokenizer.convert_tokens_to_ids(tokens)
-                hyps.append(self.tokenizer.decode(ids, skip_special_tokens=True).strip())
-            out.append(hyps)
-        return out
-
-
 def _build_hf(src: str, tgt: str, options: EngineOptions) -> HFEngine:
     assert options.model is not None
     return HFEngine(
         options.model, src, tgt, device=options.device, compute_type=options.compute_type,
-        max_batch_tokens=_batch_budget(options),
+        max_batch_tokens=batch_budget(options),
     )  # fmt: skip
 
 
-def _build_ct2(src: str, tgt: str, options: EngineOptions) -> CT2Engine:
-    assert options.model is not None
-    return CT2Engine(
-        options.model, src, tgt, device=options.device, compute_type=options.compute_type,
-        max_batch_tokens=_batch_budget(options),
-    )  # fmt: skip
-
-
-def _batch_budget(options: EngineOptions) -> int:
+def batch_budget(options: EngineOptions) -> int:
     # GPUs keep getting faster up to batches of ~1,000 sentences (BENCHMARKS.md); CPUs do not.
     return options.max_batch_tokens or (4096 if options.device == "cpu" else 32768)
 
 
 HF_ENGINE = Engine(_build_hf, needs_model=True, description="transformers seq2seq models (FSMT, Marian, M2M100, NLLB)")
-CT2_ENGINE = Engine(_build_ct2, needs_model=True, description="the same models converted to CTranslate2")

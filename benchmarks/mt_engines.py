@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from demo_data import demo_sentences
-from viewmill.augment.neural import convert_to_ct2, model_revision
+from viewmill.augment.ctranslate2_engine import convert_to_ct2
+from viewmill.augment.neural import model_revision
 
 OPUS_MT_EN_DE = {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048, "vocab": 58101}
 
@@ -120,8 +121,9 @@ def ragged(args, model_dir: Path) -> None:
     import statistics
 
     import torch
+    from viewmill.augment.ctranslate2_engine import CT2Engine
     from viewmill.augment.engines import DecodingSpec
-    from viewmill.augment.neural import CT2Engine, HFEngine, length_batches
+    from viewmill.augment.neural import HFEngine, length_batches
 
     texts = demo_sentences(args.sentences or 1000)
     hf = HFEngine(str(model_dir), "en", "de", compute_type="float32", max_batch_tokens=args.budget)

@@ -83,6 +83,22 @@ def test_beam_search_and_sampling_return_the_requested_hypotheses(tiny_models):
     assert [len(h) for h in ct2.translate(SENTENCES[:2], "en", "de", sampling)] == [3, 3]
 
 
+def test_ctranslate2_decodes_batches_in_parallel_on_cpu_with_the_one_worker_outputs(tiny_models, monkeypatch):
+    from viewmill.augment.ctranslate2_engine import CT2Engine
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    texts = [*SENTENCES, "Short."] * 2  # within the tiny model's 128 positions at 1.5x
+    beam = DecodingSpec(beam_size=4, num_hypotheses=2)
+    engine = CT2Engine(str(tiny_models["marian"]), "en", "de", compute_type="float32", max_batch_tokens=64)
+    assert len(length_batches([len(engine.tokenizer(t)["input_ids"]) for t in texts], 64, 4)) > 10
+    parallel = engine.translate(texts, "en", "de", beam)
+    assert engine.translator.num_translators == 2  # two workers, one batch each at a time
+    monkeypatch.setattr(CT2Engine, "_parallel", lambda self, decoding: False)
+    assert engine.translate(texts, "en", "de", beam) == parallel  # same hypotheses, in input order
+    half = len(texts) // 2
+    assert parallel[:half] == parallel[half:] and all(len(h) == 2 and h[0] for h in parallel)
+
+
 def test_empty_and_over_long_inputs_get_empty_hypotheses_without_failing_the_batch(tiny_models):
     engine = make_engine("hf", "en", "de", model=str(tiny_models["fsmt"]))
     too_long = " ".join(["word"] * 200)  # beyond the tiny model's 128 positions

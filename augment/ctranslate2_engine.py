@@ -1,0 +1,175 @@
+"""The CTranslate2 engine: the seq2seq models of neural.py converted once per revision
+(weights kept float32, quantised at load: int8 on CPU, float16 on GPU by default)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from viewmill.augment.engines import DecodingSpec, Engine, EngineError, EngineOptions
+from viewmill.augment.models import load_once
+from viewmill.augment.neural import Seq2SeqEngine, batch_budget
+from viewmill.storage.files import build_dir_atomically, user_cache_dir
+from viewmill.storage.ids import fingerprint
+
+from viewmill.extras import require
+
+CT2_TYPES = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+
+def _target_vocabulary(model_dir: Path) -> set[str]:
+    for name in ("target_vocabulary.json", "shared_vocabulary.json"):
+        if (model_dir / name).is_file():
+            return set(json.loads((model_dir / name).read_text(encoding="utf-8")))
+    for name in ("target_vocabulary.txt", "shared_vocabulary.txt"):
+        if (model_dir / name).is_file():
+            return set((model_dir / name).read_text(encoding="utf-8").splitlines())
+    return set()
+
+
+def ct2_cache_dir() -> Path:
+    return user_cache_dir() / "ctranslate2"
+
+
+def convert_to_ct2(ref: str, revision: str, model_type: str) -> Path:
+    """Convert once per model revision into the cache (weights kept float32; quantised at load)."""
+    ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
+
+    target = ct2_cache_dir() / fingerprint(ref, revision)[:20]
+    if (target / "model.bin").is_file():
+        return target
+
+    def convert(staging: Path) -> None:
+        if model_type == "fsmt":
+            from viewmill.augment.ct2_fsmt import FSMTConverter
+
+            FSMTConverter(ref).convert(str(staging), force=True)
+        else:
+            ctranslate2.converters.TransformersConverter(ref).convert(str(staging), force=True)
+
+    return build_dir_atomically(target, convert)
+
+
+class CT2Engine(Seq2SeqEngine):
+    """CTranslate2: int8 on CPU and float16 on GPU by default; `compute_type` overrides.
+    Conversion and loading happen at the first batch."""
+
+    name = "ctranslate2"
+
+    def __init__(
+        self,
+        ref: str,
+        src: str,
+        tgt: str,
+        device: str = "cpu",
+        compute_type: str | None = None,
+        max_batch_tokens: int = 4096,
+    ) -> None:
+        super().__init__(ref, src, tgt, max_batch_tokens)
+        ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
+
+        self.compute_type = compute_type or ("int8" if device == "cpu" else "float16")
+        if self.compute_type not in CT2_TYPES:
+            raise EngineError(f"ctranslate2 compute_type '{self.compute_type}' is not one of {', '.join(CT2_TYPES)}")
+        if device.startswith("cuda") and ctranslate2.get_cuda_device_count() == 0:
+            raise EngineError(f"{ref}: device {device} asked for, but CTranslate2 sees no CUDA GPU: use device cpu")
+        self.device = device
+        self._hf_revision = self.revision
+        # One float32 conversion serves every compute type (quantised at load) ...
+        self.revision = f"{self.revision}:{self.compute_type}"  # ... but quantisation changes outputs
+
+    def _load(self, parallel: bool) -> tuple[Any, list[list[str]] | None]:
+        ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
+
+        model_dir = convert_to_ct2(self.ref, self._hf_revision, self.hf_config.model_type)
+        cores = max(1, os.cpu_count() or 1)
+        # On CPU, one batch per core beats every core on one batch (BENCHMARKS.md: small
+        # batches' GEMMs do not split well). Sampling keeps one worker: CTranslate2's random
+        # generators are per thread, and a seeded run must not depend on which thread ran it.
+        inter, intra = (cores, 1) if parallel else (1, cores)
+        translator = ctranslate2.Translator(
+            str(model_dir), device=self.device, compute_type=self.compute_type, inter_threads=inter, intra_threads=intra
+        )
+        # Some conversions drop the padding token (Marian's); suppress it where it exists.
+        pad = self.tokenizer.pad_token
+        suppress = [[pad]] if pad and pad in _target_vocabulary(model_dir) else None
+        return translator, suppress
+
+    def _loaded(self, parallel: bool) -> tuple[Any, list[list[str]] | None]:
+        variant = f"{self.compute_type}:{'parallel' if parallel else 'one-worker'}"
+        return load_once("ctranslate2", self.ref, self.device, variant, lambda: self._load(parallel))
+
+    @property
+    def translator(self) -> Any:
+        """The translator that greedy and beam decoding use."""
+        return self._loaded(self._parallel(DecodingSpec()))[0]
+
+    def _parallel(self, decoding: DecodingSpec) -> bool:
+        return self.device == "cpu" and not decoding.sampling and (os.cpu_count() or 1) > 1
+
+    def _generate_batches(
+        self, batches: list[list[list[int]]], tgt: str, decoding: DecodingSpec
+    ) -> list[list[list[str]]]:
+        """Every batch submitted at once, so each of CTranslate2's workers decodes one."""
+        if not self._parallel(decoding):
+            return super()._generate_batches(batches, tgt, decoding)
+        translator, suppress = self._loaded(True)
+        pending = []
+        for batch_ids in batches:
+            sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in batch_ids]
+            kwargs = self._options(sources, tgt, decoding, suppress)
+            pending.append(translator.translate_batch(sources, asynchronous=True, **kwargs))
+        return [self._texts([result.result() for result in batch]) for batch in pending]
+
+    def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
+        ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
+
+        translator, suppress = self._loaded(self._parallel(decoding))
+        sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in batch_ids]
+        kwargs = self._options(sources, tgt, decoding, suppress)
+        if decoding.sampling:
+            ctranslate2.set_random_seed(decoding.seed)  # CTranslate2's own generator, not torch's
+            kwargs.update(
+                sampling_topk=decoding.top_k or 0,
+                sampling_topp=decoding.top_p,
+                sampling_temperature=decoding.temperature,
+            )
+        return self._texts(translator.translate_batch(sources, **kwargs))
+
+    def _options(
+        self, sources: list[list[str]], tgt: str, decoding: DecodingSpec, suppress: list[list[str]] | None
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "beam_size": 1 if decoding.sampling else decoding.beam_size,
+            "num_hypotheses": decoding.num_hypotheses,
+            "max_decoding_length": self._max_new_tokens(max(len(s) for s in sources), decoding),
+            "suppress_sequences": suppress,
+            "return_scores": False,
+        }
+        target = self.family.target_token(tgt)
+        if target is not None:
+            kwargs["target_prefix"] = [[target]] * len(sources)
+        return kwargs
+
+    def _texts(self, results: list[Any]) -> list[list[str]]:
+        out = []
+        for result in results:
+            hyps = []
+            for tokens in result.hypotheses:
+                ids = self.tokenizer.convert_tokens_to_ids(tokens)
+                hyps.append(self.tokenizer.decode(ids, skip_special_tokens=True).strip())
+            out.append(hyps)
+        return out
+
+
+def _build_ct2(src: str, tgt: str, options: EngineOptions) -> CT2Engine:
+    assert options.model is not None
+    return CT2Engine(
+        options.model, src, tgt, device=options.device, compute_type=options.compute_type,
+        max_batch_tokens=batch_budget(options),
+    )  # fmt: skip
+
+
+CT2_ENGINE = Engine(_build_ct2, needs_model=True, description="the same models converted to CTranslate2")
