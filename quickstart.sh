@@ -57,5 +57,7 @@ case "$command" in
   demo) exec .venv/bin/viewmill run recipes/demo.yaml "$@" ;;
   test)
     .venv/bin/ruff check .
-    exec .venv/bin/python -m pytest -q "$@" ;;
+    # One pytest-xdist worker per core (at most 4), a test file per worker: the suite waits
+    # on servers and subprocesses a good part of the time.
+    exec .venv/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile "$@" ;;
 esac
