@@ -16,6 +16,7 @@ from viewmill.storage.ids import fingerprint
 
 from viewmill.extras import require
 
+MAX_WORKERS = 4  # CPU batches decoded at once
 CT2_TYPES = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
@@ -84,11 +85,13 @@ class CT2Engine(Seq2SeqEngine):
         ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
 
         model_dir = convert_to_ct2(self.ref, self._hf_revision, self.hf_config.model_type)
-        cores = max(1, os.cpu_count() or 1)
-        # On CPU, one batch per core beats every core on one batch (BENCHMARKS.md: small
-        # batches' GEMMs do not split well). Sampling keeps one worker: CTranslate2's random
-        # generators are per thread, and a seeded run must not depend on which thread ran it.
-        inter, intra = (cores, 1) if parallel else (1, cores)
+        cores = cpu_cores()
+        # On CPU, batches side by side beat every core on one batch (BENCHMARKS.md, 2 cores:
+        # small batches' GEMMs do not split well). Up to 4 at once, sharing the cores: a call
+        # often makes only a few batches, and a batch's length cap depends on its members, so
+        # batches are not cut smaller to feed more workers.
+        inter = min(cores, MAX_WORKERS) if parallel else 1
+        intra = max(1, cores // inter)
         translator = ctranslate2.Translator(
             str(model_dir), device=self.device, compute_type=self.compute_type, inter_threads=inter, intra_threads=intra
         )
@@ -97,25 +100,26 @@ class CT2Engine(Seq2SeqEngine):
         suppress = [[pad]] if pad and pad in _target_vocabulary(model_dir) else None
         return translator, suppress
 
-    def _loaded(self, parallel: bool) -> tuple[Any, list[list[str]] | None]:
+    def _loaded(self) -> tuple[Any, list[list[str]] | None]:
+        parallel = self._parallel()
         variant = f"{self.compute_type}:{'parallel' if parallel else 'one-worker'}"
         return load_once("ctranslate2", self.ref, self.device, variant, lambda: self._load(parallel))
 
     @property
     def translator(self) -> Any:
         """The translator that greedy and beam decoding use."""
-        return self._loaded(self._parallel(DecodingSpec()))[0]
+        return self._loaded()[0]
 
-    def _parallel(self, decoding: DecodingSpec) -> bool:
-        return self.device == "cpu" and not decoding.sampling and (os.cpu_count() or 1) > 1
+    def _parallel(self) -> bool:
+        return self.device == "cpu" and cpu_cores() > 1
 
     def _generate_batches(
         self, batches: list[list[list[int]]], tgt: str, decoding: DecodingSpec
     ) -> list[list[list[str]]]:
         """Every batch submitted at once, so each of CTranslate2's workers decodes one."""
-        if not self._parallel(decoding):
-            return super()._generate_batches(batches, tgt, decoding)
-        translator, suppress = self._loaded(True)
+        if decoding.sampling:
+            return self._sample(batches, tgt, decoding)
+        translator, suppress = self._loaded()
         pending = []
         for batch_ids in batches:
             sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in batch_ids]
@@ -123,20 +127,25 @@ class CT2Engine(Seq2SeqEngine):
             pending.append(translator.translate_batch(sources, asynchronous=True, **kwargs))
         return [self._texts([result.result() for result in batch]) for batch in pending]
 
-    def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
+    def _sample(self, batches: list[list[list[int]]], tgt: str, decoding: DecodingSpec) -> list[list[list[str]]]:
+        """Sampling on a translator of its own, loaded for this call: CTranslate2 seeds a
+        worker thread's generator once, when the thread first samples, and set_random_seed
+        never reseeds it, so a long-lived translator would ignore every later seed."""
         ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
 
-        translator, suppress = self._loaded(self._parallel(decoding))
-        sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in batch_ids]
-        kwargs = self._options(sources, tgt, decoding, suppress)
-        if decoding.sampling:
-            ctranslate2.set_random_seed(decoding.seed)  # CTranslate2's own generator, not torch's
-            kwargs.update(
-                sampling_topk=decoding.top_k or 0,
-                sampling_topp=decoding.top_p,
-                sampling_temperature=decoding.temperature,
-            )
-        return self._texts(translator.translate_batch(sources, **kwargs))
+        ctranslate2.set_random_seed(decoding.seed)
+        translator, suppress = self._load(parallel=False)
+        sampling = {"sampling_topk": decoding.top_k or 0, "sampling_topp": decoding.top_p,
+                    "sampling_temperature": decoding.temperature}  # fmt: skip
+        try:
+            out = []
+            for batch_ids in batches:
+                sources = [self.tokenizer.convert_ids_to_tokens(ids) for ids in batch_ids]
+                kwargs = self._options(sources, tgt, decoding, suppress) | sampling
+                out.append(self._texts(translator.translate_batch(sources, **kwargs)))
+            return out
+        finally:
+            translator.unload_model()
 
     def _options(
         self, sources: list[list[str]], tgt: str, decoding: DecodingSpec, suppress: list[list[str]] | None
@@ -162,6 +171,11 @@ class CT2Engine(Seq2SeqEngine):
                 hyps.append(self.tokenizer.decode(ids, skip_special_tokens=True).strip())
             out.append(hyps)
         return out
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (affinity and container limits), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else max(1, os.cpu_count() or 1)
 
 
 def _build_ct2(src: str, tgt: str, options: EngineOptions) -> CT2Engine:

