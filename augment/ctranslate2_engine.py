@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +82,19 @@ class CT2Engine(Seq2SeqEngine):
         # One float32 conversion serves every compute type (quantised at load) ...
         self.revision = f"{self.revision}:{self.compute_type}"  # ... but quantisation changes outputs
 
+    @cached_property
+    def _converted(self) -> tuple[Path, list[list[str]] | None]:
+        """The converted model's folder and the tokens to suppress: once per engine, not per
+        translator (sampling loads one per call)."""
+        model_dir = convert_to_ct2(self.ref, self._hf_revision, self.hf_config.model_type)
+        # Some conversions drop the padding token (Marian's); suppress it where it exists.
+        pad = self.tokenizer.pad_token
+        return model_dir, [[pad]] if pad and pad in _target_vocabulary(model_dir) else None
+
     def _load(self, parallel: bool) -> tuple[Any, list[list[str]] | None]:
         ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
 
-        model_dir = convert_to_ct2(self.ref, self._hf_revision, self.hf_config.model_type)
+        model_dir, suppress = self._converted
         cores = cpu_cores()
         # On CPU, batches side by side beat every core on one batch (BENCHMARKS.md, 2 cores:
         # small batches' GEMMs do not split well). Up to 4 at once, sharing the cores: a call
@@ -95,9 +105,6 @@ class CT2Engine(Seq2SeqEngine):
         translator = ctranslate2.Translator(
             str(model_dir), device=self.device, compute_type=self.compute_type, inter_threads=inter, intra_threads=intra
         )
-        # Some conversions drop the padding token (Marian's); suppress it where it exists.
-        pad = self.tokenizer.pad_token
-        suppress = [[pad]] if pad and pad in _target_vocabulary(model_dir) else None
         return translator, suppress
 
     def _loaded(self) -> tuple[Any, list[list[str]] | None]:

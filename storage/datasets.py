@@ -26,7 +26,7 @@ from pathlib import Path
 import filelock
 import httpx
 from viewmill.storage.data_registry import BY_NAME, DATASETS, Dataset, Source
-from viewmill.storage.files import build_dir_atomically
+from viewmill.storage.files import build_dir_atomically, file_sha256, user_cache_dir
 
 DATA_ENV = "VIEWMILL_DATA"
 PREFIX = "data:"
@@ -43,8 +43,7 @@ def data_dir() -> Path:
     """$VIEWMILL_DATA, else $XDG_CACHE_HOME/viewmill/data, else ~/.cache/viewmill/data."""
     if os.environ.get(DATA_ENV):
         return Path(os.environ[DATA_ENV]).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "viewmill" / "data"
+    return user_cache_dir() / "data"
 
 
 def shared_data_dir() -> Path:
@@ -128,7 +127,7 @@ def _download(source: Source, downloads: Path, root: Path, log: Callable[[str], 
                     f"run the same command again to resume from {part.stat().st_size if part.exists() else 0} bytes"
                 ) from None
             log(f"{source.url}: interrupted ({type(exc).__name__}), resuming")
-    digest = _sha256(part)
+    digest = file_sha256(part)
     if expected and digest != expected:
         part.unlink()
         origin = "the registry" if source.sha256 else f"{root / LOCK_FILE} (first download)"
@@ -156,14 +155,6 @@ def _stream(url: str, part: Path) -> None:
         with part.open("ab" if resumed else "wb") as out:  # a 200 restarts from byte 0
             for chunk in response.iter_raw():  # unbuffered: bytes received before a cut are kept
                 out.write(chunk)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _locked(root: Path) -> dict:

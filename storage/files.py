@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -11,6 +12,15 @@ from pathlib import Path
 def user_cache_dir() -> Path:
     """viewmill's cache for converted models and prepared data ($XDG_CACHE_HOME/viewmill)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "viewmill"
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def build_dir_atomically(target: Path, build: Callable[[Path], None], *, replace: bool = False) -> Path:

