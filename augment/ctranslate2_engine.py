@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from viewmill.augment.neural import Seq2SeqEngine, batch_budget
 from viewmill.storage.files import build_dir_atomically, user_cache_dir
 from viewmill.storage.ids import fingerprint
 
+from viewmill.cpu import apply_ct2_isa, cpu_cores
 from viewmill.extras import require
 
 MAX_WORKERS = 4  # CPU batches decoded at once
@@ -95,6 +95,8 @@ class CT2Engine(Seq2SeqEngine):
         ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
 
         model_dir, suppress = self._converted
+        if self.device == "cpu":
+            apply_ct2_isa()  # before CTranslate2 first reads it
         cores = cpu_cores()
         # On CPU, batches side by side beat every core on one batch (BENCHMARKS.md, 2 cores:
         # small batches' GEMMs do not split well). Up to 4 at once, sharing the cores: a call
@@ -178,11 +180,6 @@ class CT2Engine(Seq2SeqEngine):
                 hyps.append(self.tokenizer.decode(ids, skip_special_tokens=True).strip())
             out.append(hyps)
         return out
-
-
-def cpu_cores() -> int:
-    """The cores this process may run on (affinity and container limits), not the machine's."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else max(1, os.cpu_count() or 1)
 
 
 def _build_ct2(src: str, tgt: str, options: EngineOptions) -> CT2Engine:

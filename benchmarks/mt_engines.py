@@ -129,6 +129,10 @@ def ragged(args, model_dir: Path) -> None:
     hf = HFEngine(str(model_dir), "en", "de", compute_type="float32", max_batch_tokens=args.budget)
     ct2 = CT2Engine(str(model_dir), "en", "de", compute_type="int8", max_batch_tokens=args.budget)
     lengths = [len(hf.tokenizer(t)["input_ids"]) for t in texts]
+    from viewmill.cpu import apply_ct2_isa, flags_label
+
+    isa = apply_ct2_isa()
+    print(f"CPU flags: {flags_label()}; CTranslate2 ISA: {isa.isa or 'its default'} ({isa.reason})")
     print(f"CPU, {torch.get_num_threads()} threads; {len(texts)} demo sentences, source tokens "
           f"min {min(lengths)} median {statistics.median(lengths)} max {max(lengths)}")  # fmt: skip
     ct2.translate(texts[:8], "en", "de", DecodingSpec())  # conversion and loading, untimed

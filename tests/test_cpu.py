@@ -1,0 +1,70 @@
+"""CPU features read from the flags, and CTranslate2's code path chosen by them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, SENTENCES
+from tests.tiny_mt import build_tiny_marian
+from viewmill.cpu import AVX512_FLAGS, choose_ct2_isa, cpu_flags, flags_label
+
+AVX2_ONLY = frozenset({"sse4_1", "avx", "avx2", "fma"})
+
+
+def test_flags_are_read_from_cpuinfo_and_labelled(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512_vnni\n\n"
+                    "processor\t: 1\nflags\t\t: fpu\n")  # fmt: skip
+    flags = cpu_flags.__wrapped__(info)
+    assert flags == {"fpu", "avx2", "avx512f", "avx512_vnni"}
+    assert flags_label(flags) == "avx2 avx512f avx512_vnni"
+    assert cpu_flags.__wrapped__(tmp_path / "absent") == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "isa"),
+    [
+        (AVX2_ONLY | AVX512_FLAGS, {}, "AVX512"),  # whatever the vendor: AMD EPYC parts included
+        (AVX2_ONLY | AVX512_FLAGS - {"avx512bw"}, {}, None),  # a partial AVX-512 is not enough
+        (AVX2_ONLY, {}, None),
+        (AVX2_ONLY | AVX512_FLAGS, {"CT2_FORCE_CPU_ISA": "AVX2"}, "AVX2"),  # the user's own choice wins
+    ],
+)
+def test_the_ct2_code_path_follows_the_flags_and_a_user_setting_wins(flags, environ, isa):
+    choice = choose_ct2_isa(frozenset(flags), environ)
+    assert choice.isa == isa
+    assert choice.reason
+
+
+PROBE = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from viewmill.augment.engines import DecodingSpec
+from viewmill.augment.ctranslate2_engine import CT2Engine
+engine = CT2Engine(sys.argv[1], "en", "de", compute_type="int8")
+print(json.dumps(engine.translate(json.loads(sys.argv[2]), "en", "de", DecodingSpec(beam_size=4))))
+"""
+
+
+def _translate(model, env: dict[str, str]) -> tuple[list, str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, str(model), json.dumps(SENTENCES)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout), done.stderr
+
+
+def test_the_chosen_code_path_gives_the_outputs_of_the_avx2_path_and_is_logged(tmp_path):
+    if not cpu_flags() >= AVX512_FLAGS:
+        pytest.skip(f"this CPU has no AVX-512 (flags: {flags_label()}): only the AVX2 path exists here")
+    model = build_tiny_marian(tmp_path / "marian", SENTENCES * 3)
+    env = {k: v for k, v in os.environ.items() if k != "CT2_FORCE_CPU_ISA"} | {"XDG_CACHE_HOME": str(tmp_path)}
+    chosen, log = _translate(model, env)
+    assert "CTranslate2 CPU code path: AVX512 (the CPU reports avx512bw" in log
+    avx2, log = _translate(model, env | {"CT2_FORCE_CPU_ISA": "AVX2"})
+    assert "CTranslate2 CPU code path: AVX2 (CT2_FORCE_CPU_ISA=AVX2 set by the user)" in log
+    assert chosen == avx2 and all(hyps[0] for hyps in chosen)
