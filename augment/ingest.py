@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from sacremoses import MosesDetokenizer
-from viewmill.augment.readers import READERS, CorpusError, Malformed, RawLine, ReadOptions
+from viewmill.augment.readers import FILE_FORMATS, READERS, CorpusError, Malformed, RawLine, ReadOptions, require_file
 from viewmill.augment.sanitise import rejected_id, rejection, shown
 from viewmill.storage.ids import normalize_text, sentence_id
 from viewmill.storage.schema import NLI_PAIRS, REJECTED_SENTENCES, SENTENCES
@@ -64,7 +64,8 @@ def ingest(
     on_error: str = "stop",
     options: ReadOptions | None = None,
 ) -> IngestResult:
-    """Read, normalise (NFC, whitespace), optionally detokenise, length-filter and dedupe.
+    """Read, normalise (invisible characters, NFC, whitespace), optionally detokenise,
+    reject unusable text, length-filter and dedupe.
 
     A malformed record stops the read with its file and line (`on_error="stop"`) or is
     skipped and counted (`"skip"`). With `nli_links`, also collect every labelled
@@ -73,6 +74,9 @@ def ingest(
     or if nothing is left.
     """
     reader = READERS[fmt]
+    if fmt in FILE_FORMATS:  # every source checked before any is read
+        for path in files:
+            require_file(Path(path))
     options = options or ReadOptions(lang=lang)
     clean = _cleaner(lang, detokenize)
     keep = _Sentences(corpus, lang, fmt, run_id, min_words, max_words)
@@ -87,7 +91,7 @@ def ingest(
             if isinstance(raw, Malformed):
                 _malformed(raw, on_error, None if full else stats)
                 continue
-            text = clean(raw.text)
+            text = clean(raw.text) if raw.rejected is None else normalize_text(raw.text)
             if nli_links and raw.pair_id is not None and raw.role is not None:
                 halves.setdefault(raw.pair_id, {})[raw.role] = (text, raw)
             if not full:
@@ -122,18 +126,26 @@ def _read_halves(records: Iterable[RawLine | Malformed], clean: Callable[[str], 
             halves.setdefault(raw.pair_id, {})[raw.role] = (clean(raw.text), raw)
 
 
+# The fix for a corpus whose every sentence was rejected for one of these reasons.
+_REJECTION_FIXES = {
+    "wrong_script": "set corpus.lang to the language the corpus is written in",
+    "paragraph_too_long": "separate the paragraphs with blank lines, or use format: text for one sentence a line",
+}
+
+
 def _empty_corpus(corpus: str, n_files: int, stats: IngestStats, min_words: int, max_words: int) -> str:
+    fixes = [fix for reason, fix in _REJECTION_FIXES.items() if reason in stats.rejected]
     return (
         f"corpus '{corpus}' is empty after reading {n_files} file(s) "
         f"({stats.lines} lines, {stats.blank} blank, {stats.too_short} shorter than "
         f"{min_words} words, {stats.too_long} longer than {max_words}, {stats.malformed} malformed, "
         f"{sum(stats.rejected.values())} rejected as unusable text {stats.rejected or ''}): "
-        "point corpus.files at non-empty files or relax corpus.min_words/max_words"
+        + "; ".join([*fixes, "point corpus.files at non-empty files or relax corpus.min_words/max_words"])
     )
 
 
 def _cleaner(lang: str, detokenize: bool) -> Callable[[str], str]:
-    """Normalise (NFC, whitespace) and, when asked, detokenise usable text."""
+    """Normalise (invisible characters, NFC, whitespace) and, when asked, detokenise usable text."""
     detok = MosesDetokenizer(lang=lang) if detokenize else None
 
     def clean(raw_text: str) -> str:
@@ -167,7 +179,7 @@ class _Sentences:
         if not text:
             stats.blank += 1
             return
-        reason = rejection(text)
+        reason = raw.rejected or rejection(text, self.lang)
         if reason is not None:
             stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
             self.rejected.setdefault(rejected_id(text), _rejected_row(self.corpus, text, reason, raw, self.run_id))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ class RawLine:
     pair_id: str | None = None
     nli_label: str | None = None
     role: str | None = None  # "premise" or "hypothesis" in NLI data
+    rejected: str | None = None  # a reason the reader already refuses the text for (kept, counted)
 
 
 @dataclass(frozen=True)
@@ -49,20 +51,81 @@ Record = RawLine | Malformed
 Reader = Callable[[Path, ReadOptions], Iterator[Record]]
 
 
-def _require_file(path: Path) -> None:
+# What a path that is not a regular file is, for the message (a read would hang or never end).
+_NOT_A_FILE = (
+    (stat.S_ISDIR, "a folder, not a file: list the files inside it in corpus.files"),
+    (stat.S_ISCHR, "a character device (like /dev/zero or a terminal), not a file: reading it never ends or "
+                   "waits for input; point corpus.files at a regular file"),
+    (stat.S_ISBLK, "a block device, not a file: point corpus.files at a regular file"),
+    (stat.S_ISFIFO, "a named pipe (FIFO), not a file: a run reads its corpus more than once (the checks, then "
+                    "ingest), so write the pipe's content to a regular file and point corpus.files at it"),
+    (stat.S_ISSOCK, "a socket, not a file: point corpus.files at a regular file"),
+)  # fmt: skip
+
+
+def require_file(path: Path) -> None:
+    """A corpus source must be a regular file (or a link to one); the message says what it is instead."""
     if path.is_symlink() and not path.exists():  # a loop, or a link to nothing
         raise CorpusError(
             f"corpus file {path} is a symbolic link that leads nowhere (a loop, or its target is gone): "
             "point corpus.files at the real file"
         )
-    if not path.is_file():
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
         fix = missing_hint(path) or " (fix the path in the recipe's corpus.files)"
-        raise CorpusError(f"corpus file not found: {path}{fix}")
+        raise CorpusError(f"corpus file not found: {path}{fix}") from None
+    except OSError as exc:
+        raise CorpusError(f"corpus file {path} cannot be read ({exc.strerror}): fix its path or permissions") from None
+    for is_kind, what in _NOT_A_FILE:
+        if is_kind(mode):
+            raise CorpusError(f"corpus file {path} is {what}")
+    if not stat.S_ISREG(mode):
+        raise CorpusError(f"corpus file {path} is not a regular file: point corpus.files at one")
+
+
+# Byte-order marks, the longer first (UTF-32LE's starts with UTF-16LE's).
+_BOMS = {
+    b"\xff\xfe\x00\x00": "UTF-32LE", b"\x00\x00\xfe\xff": "UTF-32BE",
+    b"\xff\xfe": "UTF-16LE", b"\xfe\xff": "UTF-16BE",
+}  # fmt: skip
+
+
+def utf16_encoding(head: bytes) -> tuple[str, str] | None:
+    """(encoding, evidence) when the first bytes of a file are UTF-16 (or UTF-32) text, else
+    None: a byte-order mark, or NUL in every other byte (ASCII text in UTF-16 without a mark;
+    UTF-8 text never looks like that, a NUL in it is one bad line)."""
+    for bom, encoding in _BOMS.items():
+        if head.startswith(bom):
+            return encoding, f"it starts with the {encoding[:6]} byte-order mark {bom.hex(' ').upper()}"
+    pairs = len(head) // 2
+    if pairs < 4:
+        return None
+    odd, even = head[1 : 2 * pairs : 2].count(0), head[0 : 2 * pairs : 2].count(0)
+    for nuls, others, encoding in ((odd, even, "UTF-16LE"), (even, odd, "UTF-16BE")):
+        if nuls >= 0.9 * pairs and others == 0:
+            return encoding, "every other byte is NUL"
+    return None
+
+
+def require_utf8(path: Path) -> None:
+    """Refuse a UTF-16 file as a whole, naming the conversion, instead of one confusing bad line."""
+    with path.open("rb") as handle:
+        found = utf16_encoding(handle.read(4096))
+    if found is not None:
+        encoding, evidence = found
+        converted = path.with_name(f"{path.stem}.utf8{path.suffix}")
+        source = encoding[:6] if "mark" in evidence else encoding  # iconv reads the mark itself
+        raise CorpusError(
+            f"{path} is {encoding} text ({evidence}), not UTF-8: convert it with "
+            f"iconv -f {source} -t UTF-8 {path} > {converted} and point corpus.files at {converted}"
+        )
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str | Malformed]]:
     """(line number, text) for each line; a line that is not UTF-8 comes as Malformed."""
-    _require_file(path)
+    require_file(path)
+    require_utf8(path)
     data = path.read_bytes()
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
@@ -91,37 +154,6 @@ def read_text_file(path: Path, options: ReadOptions) -> Iterator[Record]:
     """One sentence per line."""
     for row, line in iter_lines(path):
         yield line if isinstance(line, Malformed) else RawLine(line, str(path), row)
-
-
-def read_book(path: Path, options: ReadOptions) -> Iterator[Record]:
-    """Running text (books, articles): paragraphs are separated by blank lines, lines within
-    a paragraph are joined, and pysbd splits each paragraph into sentences."""
-    import pysbd
-
-    try:
-        segmenter = pysbd.Segmenter(language=options.lang, clean=False)
-    except ValueError:
-        raise CorpusError(f"no sentence splitter for language '{options.lang}' (pysbd); set corpus.lang") from None
-    paragraph: list[str] = []
-    start = 0
-
-    def flush() -> Iterator[Record]:
-        if paragraph:
-            for sentence in segmenter.segment(" ".join(paragraph)):
-                yield RawLine(sentence, str(path), start)
-
-    for row, line in iter_lines(path):
-        if isinstance(line, Malformed):
-            yield line
-            continue
-        if line.strip():
-            if not paragraph:
-                start = row
-            paragraph.append(line.strip())
-        else:
-            yield from flush()
-            paragraph = []
-    yield from flush()
 
 
 def read_senteval_nli(path: Path, options: ReadOptions) -> Iterator[Record]:
@@ -193,7 +225,8 @@ def read_csv(path: Path, options: ReadOptions) -> Iterator[Record]:
     malformed (a sentence corpus has none; it is how an unbalanced quote shows).
     """
     column = _text_column(options, "csv")
-    _require_file(path)
+    require_file(path)
+    require_utf8(path)
     start = 1
     try:
         with path.open(encoding="utf-8", newline="") as handle:
@@ -218,7 +251,7 @@ def read_csv(path: Path, options: ReadOptions) -> Iterator[Record]:
     except csv.Error as exc:
         raise CorpusError(
             f"{path}:{start}: CSV cannot be parsed from this line on ({exc}): a quote opened here is never closed? "
-            "close it, or double a quote inside a quoted field (\"\")"
+            'close it, or double a quote inside a quoted field ("")'
         ) from None
 
 
@@ -228,7 +261,7 @@ def read_parquet(path: Path, options: ReadOptions) -> Iterator[Record]:
     import pyarrow.parquet as pq
 
     column = _text_column(options, "parquet")
-    _require_file(path)
+    require_file(path)
     try:
         parquet = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -289,7 +322,7 @@ READERS: Registry[Reader] = Registry(
     "corpus format",
     {
         "text": "viewmill.augment.readers:read_text_file",
-        "book": "viewmill.augment.readers:read_book",
+        "book": "viewmill.augment.book:read_book",
         "senteval": "viewmill.augment.readers:read_senteval_nli",
         "nli-jsonl": "viewmill.augment.readers:read_nli_jsonl",
         "csv": "viewmill.augment.readers:read_csv",
@@ -299,3 +332,4 @@ READERS: Registry[Reader] = Registry(
     check=_reader,
 )
 NLI_FORMATS = ("senteval", "nli-jsonl")
+FILE_FORMATS = ("text", "book", "senteval", "nli-jsonl", "csv", "parquet")  # built-ins that read regular files

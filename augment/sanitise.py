@@ -1,25 +1,88 @@
 """Text that ingest refuses before it reaches the lake or a translation engine.
 
 A NUL byte, a lone surrogate or a 5,000-character "word" is not a sentence; stored, it
-would be sent to every engine on every later run (and stall or crash some of them). Such
-a sentence is rejected with a reason and kept for inspection, never silently dropped.
+would be sent to every engine on every later run (and stall or crash some of them). A
+sentence written mostly in a script the corpus's language does not use (Hebrew in an
+English corpus) is not one an engine for that language can make views of: it comes back
+unchanged and makes a pair of identical views. Such a sentence is rejected with a reason
+and kept for inspection, never silently dropped.
 """
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
+import regex
 from viewmill.storage.ids import text_hash
 
 MAX_TOKEN_CHARS = 100  # longer than any word or ordinary URL
 MAX_SENTENCE_CHARS = 1_000  # ~150 words; the encoders truncate far earlier
 SHOWN_CHARS = 300  # of a rejected sentence, kept in the lake
 
-REASONS = ("control_characters", "invalid_unicode", "token_too_long", "sentence_too_long")
+REASONS = (
+    "control_characters", "invalid_unicode", "token_too_long", "sentence_too_long", "wrong_script",
+    "paragraph_too_long",
+)  # fmt: skip
+
+# The scripts each language is written in (ISO 639-1 codes, the languages viewmill's engines,
+# data sets and evaluations handle, and their neighbours). Common (digits, punctuation,
+# symbols) and Inherited (combining marks) letters count for every language; a language not
+# listed is not checked.
+_LATIN = ("en", "es", "ca", "fr", "de", "pt", "it", "nl", "tr", "pl", "ro", "sv", "da", "no", "nb", "nn", "fi",
+          "cs", "sk", "hu", "hr", "sl", "et", "lv", "lt", "sq", "eu", "gl", "af", "id", "ms", "vi", "sw", "tl",
+          "is", "ga", "cy", "mt", "az", "uz")  # fmt: skip
+LANG_SCRIPTS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(_LATIN, ("Latin",)),
+    **dict.fromkeys(("ru", "uk", "be", "bg", "mk", "kk", "ky", "mn", "tg"), ("Cyrillic",)),
+    "sr": ("Cyrillic", "Latin"),
+    **dict.fromkeys(("ar", "fa", "ur", "ps", "ku"), ("Arabic",)),
+    **dict.fromkeys(("he", "yi"), ("Hebrew",)),
+    "el": ("Greek",),
+    **dict.fromkeys(("hi", "mr", "ne", "sa"), ("Devanagari",)),
+    "bn": ("Bengali",), "pa": ("Gurmukhi",), "gu": ("Gujarati",), "ta": ("Tamil",), "te": ("Telugu",),
+    "kn": ("Kannada",), "ml": ("Malayalam",), "si": ("Sinhala",), "th": ("Thai",), "ka": ("Georgian",),
+    "hy": ("Armenian",), "am": ("Ethiopic",),
+    "zh": ("Han",), "ja": ("Han", "Hiragana", "Katakana"), "ko": ("Hangul", "Han"),
+}  # fmt: skip
+# Words, roughly: a run of letters, or one character of the scripts written without spaces
+# between words (one Han character is a morpheme), so "我喜欢iPhone" is mostly Chinese.
+_WORD = regex.compile(
+    r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\p{Thai}]|[[\p{L}\p{M}]--[\p{Han}\p{Hiragana}\p{Katakana}"
+    r"\p{Hangul}\p{Thai}]]+",
+    flags=regex.V1,
+)
 
 
-def rejection(text: str) -> str | None:
-    """Why `text` (already whitespace-normalised) is not a usable sentence, or None."""
+def lang_scripts(lang: str) -> tuple[str, ...] | None:
+    """The scripts `lang` is written in (a BCP 47 tag like pt-BR uses its language), or None
+    when the language is not in the table."""
+    return LANG_SCRIPTS.get(lang.replace("_", "-").split("-")[0].lower())
+
+
+@functools.cache
+def _native(scripts: tuple[str, ...]) -> regex.Pattern:
+    names = "".join(rf"\p{{Script={name}}}" for name in (*scripts, "Common", "Inherited"))
+    return regex.compile(f"[{names}]")
+
+
+def wrong_script(text: str, lang: str) -> bool:
+    """Whether most words of `text` are in scripts `lang` is not written in (a word counts
+    in the script of its first letter; text without letters is never wrong)."""
+    scripts = lang_scripts(lang)
+    if scripts is None:
+        return False
+    if text.isascii():  # the usual case, without the regex: ASCII letters are Latin
+        return "Latin" not in scripts and any(char.isalpha() for char in text)
+    native = _native(scripts)
+    words = _WORD.findall(text)
+    foreign = sum(1 for word in words if native.match(word) is None)
+    return foreign * 2 > len(words)
+
+
+def rejection(text: str, lang: str | None = None) -> str | None:
+    """Why `text` (already whitespace-normalised) is not a usable sentence of a corpus in
+    `lang` (None: any language), or None."""
     for char in text:
         category = unicodedata.category(char)
         if category == "Cc":
@@ -30,6 +93,8 @@ def rejection(text: str) -> str | None:
         return "token_too_long"
     if len(text) > MAX_SENTENCE_CHARS:
         return "sentence_too_long"
+    if lang is not None and wrong_script(text, lang):
+        return "wrong_script"
     return None
 
 

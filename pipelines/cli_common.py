@@ -20,6 +20,7 @@ from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.settings import Settings
 from viewmill.train.encoder import EncoderError
 from viewmill.train.evaluate import EvalDataError
+from viewmill.train.manifest import ExportError
 
 from viewmill.extras import MissingExtraError, missing_extra
 
@@ -31,7 +32,7 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
 USER_ERRORS = (
     RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError, PrefectServerError, OutputError,
-    MissingExtraError,
+    MissingExtraError, ExportError,
 )  # fmt: skip
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEBUG_ENV = "VIEWMILL_DEBUG"

@@ -3,9 +3,11 @@ while model, task and data are the same."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -15,11 +17,14 @@ from viewmill.storage.ids import dir_fingerprint, file_hash, fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import EVALS, EVALS_KEY
 from viewmill.train import suite
+from viewmill.train.card import task_dataset
 from viewmill.train.encoder import load_sentence_model
 from viewmill.train.evaluate import Embedder, StsTask
+from viewmill.train.export import write_card
 from viewmill.train.senteval import TransferTask
 
 Task = StsTask | TransferTask
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class EvalTarget:
     path: str
     model_id: str
     pooling: str | None = None  # a base model's pooling for a baseline; None: the model's own
+    card: bool = False  # the run's own export: its model card gets these results
 
 
 @dataclass(frozen=True)
@@ -54,11 +60,27 @@ def task_data_hash(task: Task) -> str:
 
 
 def evaluate_stage(ctx: RunContext, models: list[EvalTarget]) -> list[EvalRow]:
-    """Evaluate each model on the recipe's tasks; stored results are reused."""
+    """Evaluate each model on the recipe's tasks; stored results are reused. The model card of
+    the model the run trained gets every score (`EvalTarget.card`)."""
     spec = ctx.recipe.evaluate
     assert spec is not None
     with ctx.lake() as lake:
-        return evaluate_models(lake, models, spec.tasks, run_id=ctx.run_id, batch_size=spec.batch_size)
+        rows = evaluate_models(lake, models, spec.tasks, run_id=ctx.run_id, batch_size=spec.batch_size)
+    for target in models:
+        if target.card:
+            try:
+                write_card(Path(target.path), card_results(spec.tasks, [r for r in rows if r.model == target.label]))
+            except OSError as exc:  # the card documents; the scores are stored, so the run stands
+                log.warning("the scores could not be written into %s/README.md (%s): they are in the lake's evals",
+                            target.path, exc)  # fmt: skip
+    return rows
+
+
+def card_results(tasks: list[Task], rows: list[EvalRow]) -> list[dict[str, Any]]:
+    """A model's headline rows as its card shows them: metric and Hugging Face data set added."""
+    by_name = {task.name: task for task in tasks}
+    return [{"task": row.task, "metric": suite.metric_of(by_name[row.task]), "value": row.value, "n": row.n,
+             "dataset": task_dataset(by_name[row.task])} for row in rows]  # fmt: skip
 
 
 def evaluate_models(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.settings import Settings
 from viewmill.train.encoder import resolve_encoder
-from viewmill.train.export import MANIFEST, model_id_of
+from viewmill.train.export import MANIFEST, model_id_of, read_manifest
 from viewmill.train.suite import bar_chart, check, markdown_table
 
 
@@ -27,21 +26,29 @@ class EvalReport:
 
 def model_entries(refs: list[str], baselines: bool) -> list[EvalTarget]:
     """Each model, then each distinct untrained start
-    (a viewmill model's base model, or the model itself) with mean and with [CLS] pooling."""
-    entries, starts = [], {}
+    (a viewmill model's base model, or the model itself) with mean and with [CLS] pooling.
+
+    Every id is checked before any model loads: a viewmill model's manifest id holds only
+    while its files are those it recorded at export (`model_id_of` refuses a folder whose
+    files differ), so stored scores are never reported for other weights.
+    """
+    entries, starts, ids = [], {}, {}
+
+    def identity(path: str) -> str:
+        if path not in ids:  # each folder hashed once per command
+            ids[path] = model_id_of(path)
+        return ids[path]
+
     for ref in refs:
         path = resolve_encoder(ref)
-        manifest = Path(path) / MANIFEST
         label = Path(path).name if Path(path).is_dir() and not ref.startswith("embedded:") else ref
-        entries.append(EvalTarget(label, path, model_id_of(path)))  # its id as in `models`
-        base_ref = (
-            json.loads(manifest.read_text(encoding="utf-8")).get("base_model", ref) if manifest.is_file() else ref
-        )
+        entries.append(EvalTarget(label, path, identity(path)))  # its id as in `models`
+        base_ref = read_manifest(Path(path)).get("base_model", ref) if (Path(path) / MANIFEST).is_file() else ref
         starts.setdefault(base_ref, resolve_encoder(base_ref))
     if baselines:
         for base_ref, base in starts.items():
             for pooling, name in (("mean", "mean pooling"), ("cls", "[CLS]")):
-                model_id = fingerprint(model_id_of(base), pooling)
+                model_id = fingerprint(identity(base), pooling)
                 entries.append(EvalTarget(f"{base_ref} ({name})", base, model_id, pooling=pooling))
     return entries
 

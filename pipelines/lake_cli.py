@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake, LakeError
+
+if TYPE_CHECKING:
+    from viewmill.storage.integrity import VerifyReport
+    from viewmill.storage.repair import RepairReport
 
 console = Console(width=None if sys.stdout.isatty() else 240)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
@@ -27,9 +31,9 @@ CatalogOption = Annotated[
 ]
 
 
-def _refuse(exc: Exception) -> None:
+def _refuse(exc: Exception, code: int = EXIT_USAGE) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-    raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(code)
 
 
 def init(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
@@ -60,10 +64,14 @@ def compact(
     from viewmill.storage.maintenance import compact_lake
 
     try:
-        with Lake(StatePaths.resolve(state_dir).lake, catalog=catalog) as lake:
-            report = compact_lake(lake, keep_days=keep_days)
+        lake = Lake(StatePaths.resolve(state_dir).lake, catalog=catalog)
     except LakeError as exc:
         _refuse(exc)
+    with lake:
+        try:
+            report = compact_lake(lake, keep_days=keep_days)
+        except LakeError as exc:  # a changed file it would merge: damage, for verify and repair
+            _refuse(exc, EXIT_DAMAGED)
     console.print(
         f"data files: {report.files_before} -> {report.files_after} ({report.deleted_files} deleted); "
         f"expired {len(report.expired_snapshots)} snapshot(s); pinned lake versions kept: "
@@ -72,31 +80,72 @@ def compact(
     )
 
 
-def verify(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
+def verify(
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="check sizes and Parquet footers only; do not hash file contents")
+    ] = False,
+    record_hashes: Annotated[
+        bool,
+        typer.Option(
+            "--record-hashes",
+            help="trust the current content of files that have no recorded hash (made by an older viewmill)",
+        ),
+    ] = False,
+) -> None:
     """Check the catalog against the files and the pairs snapshots against their hashes.
 
-    Reports missing, unreadable, resized or re-counted files, orphaned files, and named
-    snapshots whose pairs no longer match their hash; exits 1 when the lake is damaged."""
-    from viewmill.storage.integrity import verify_lake
+    Reports missing, unreadable, resized or re-counted files, files whose content changed since
+    viewmill wrote them (sha256; skipped with --quick), files with no recorded hash, orphaned
+    files, and named snapshots whose pairs no longer match their hash; exits 1 when the lake is
+    damaged. --record-hashes records today's content of files that have no hash as trusted."""
+    from viewmill.storage.integrity import record_missing_hashes, verify_lake
 
     root = StatePaths.resolve(state_dir).lake
+    recorded = []
     try:
-        with Lake(root, read_only=True, catalog=catalog) as lake:
-            report = verify_lake(lake)
+        with Lake(root, read_only=not record_hashes, catalog=catalog) as lake:
+            if record_hashes:
+                recorded, report = record_missing_hashes(lake)
+            else:
+                report = verify_lake(lake, quick=quick)
     except LakeError as exc:
         _refuse(exc)
     for problem in report.problems:
-        console.print(problem.line(), highlight=False, markup=False)
+        console.print(problem.line(), highlight=False, markup=False, soft_wrap=True)  # one line per file
     for name in report.legacy_snapshots:
         console.print(f"note: snapshot {name} has an ids-only hash (made before texts were hashed)", highlight=False)
+    if report.foreign_records:
+        console.print(
+            f"note: {report.foreign_records} recorded file hash(es) are not signed by this lake's key "
+            "(copied from another lake?) and were ignored",
+            highlight=False,
+        )
+    if recorded:
+        console.print(f"recorded the content hash of {len(recorded)} file(s): their current content is trusted")
+    _verdict(root, report)
+
+
+def _verdict(root: Path, report: VerifyReport) -> None:
     if report.ok:
         warnings = f", {len(report.problems)} warning(s)" if report.problems else ""
-        console.print(f"lake ok: {report.files} catalog files checked{warnings}", highlight=False)
+        how = "sizes and footers only (--quick): contents not hashed" if report.quick else "contents hashed"
+        console.print(f"lake ok: {report.files} catalog files checked, {how}{warnings}", highlight=False)
         return
+    kinds = {p.kind for p in report.errors}
+    fixes = []
+    if kinds - {"unhashed"}:
+        fixes.append(
+            "run `viewmill lake repair` (it keeps every intact row and moves orphaned files aside), or restore a backup"
+        )
+    if "unhashed" in kinds:
+        fixes.append(
+            "files without a recorded hash were written by an older viewmill (or outside viewmill): check them, then "
+            "`viewmill lake verify --record-hashes` trusts their current content"
+        )
     err_console.print(
-        f"[bold red]lake damaged:[/] {len(report.errors)} problem(s) in {root}: run `viewmill lake repair` "
-        "(it keeps every intact row and moves orphaned files aside), or restore a backup",
-        highlight=False,
+        f"[bold red]lake damaged:[/] {len(report.errors)} problem(s) in {root}: {'; '.join(fixes)}", highlight=False
     )
     raise typer.Exit(EXIT_DAMAGED)
 
@@ -104,33 +153,61 @@ def verify(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
 def repair(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
     """Mend a damaged lake, keeping every intact row; then rerun the recipe.
 
-    Tables lose only the rows of missing or damaged files, rows of orphaned files are taken
-    back, damaged pairs snapshots are dropped so the next run makes them again."""
-    from viewmill.storage.integrity import repair_lake
+    Tables lose only the rows of missing, damaged or changed files; rows of orphaned files are
+    taken back only when this lake's signed hash record says viewmill wrote them (any other
+    file is moved aside and reported); damaged pairs snapshots are dropped so the next run
+    makes them again. Holds the writer lock throughout: a second repair waits for the first."""
+    from viewmill.storage.repair import repair_lake
 
     state = StatePaths.resolve(state_dir)
+
+    def waiting() -> None:
+        err_console.print(
+            f"another process is writing the lake at {state.lake} (a run or a repair): waiting for it to finish",
+            highlight=False,
+        )
+
     try:
-        with Lake(state.lake, catalog=catalog) as lake:
-            report = repair_lake(lake, state.root)
+        lake = Lake(state.lake, catalog=catalog)
     except LakeError as exc:
         _refuse(exc)
+    with lake:
+        try:
+            report = repair_lake(lake, state.root, on_wait=waiting)
+        except LakeError as exc:  # refused before changing anything, or a write that failed
+            _refuse(exc, EXIT_DAMAGED)
+    _print_repair(report)
+    after = report.after
+    if after is not None and not after.ok:
+        for problem in after.errors:
+            err_console.print(problem.line(), highlight=False, markup=False, soft_wrap=True)  # one line per file
+        if {p.kind for p in after.errors} == {"unhashed"}:
+            err_console.print(
+                "[bold red]error:[/] these files have no recorded content hash (written by an older viewmill, or "
+                "outside viewmill): check them, then `viewmill lake verify --record-hashes` trusts their content",
+                highlight=False,
+            )
+        else:
+            err_console.print("[bold red]error:[/] the lake still has problems: restore a backup", highlight=False)
+        raise typer.Exit(EXIT_DAMAGED)
+    console.print("lake consistent; rerun the recipe to regenerate anything lost", highlight=False)
+
+
+def _print_repair(report: RepairReport) -> None:
     for table, rows in report.rebuilt.items():
         console.print(f"rebuilt {table} from its intact files: {rows} row(s) kept", highlight=False)
     for path in report.lost_files:
-        console.print(f"lost file: {path}", highlight=False, markup=False)
+        console.print(f"lost file: {path}", highlight=False, markup=False, soft_wrap=True)  # one line per file
     for table, rows in report.recovered.items():
         console.print(f"took back {rows} row(s) of {table} from orphaned files", highlight=False)
+    for path, why in report.not_taken_back:
+        console.print(
+            f"not taken back: {path}: {why}", highlight=False, markup=False, soft_wrap=True
+        )  # one line per file
     if report.moved_to:
         console.print(f"orphaned files moved to {report.moved_to}", highlight=False)
     for name in report.dropped_snapshots:
         console.print(f"dropped damaged snapshot {name}: rerun its recipe to make it again", highlight=False)
-    after = report.after
-    if after is not None and not after.ok:
-        for problem in after.errors:
-            err_console.print(problem.line(), highlight=False, markup=False)
-        err_console.print("[bold red]error:[/] the lake still has problems: restore a backup", highlight=False)
-        raise typer.Exit(EXIT_DAMAGED)
-    console.print("lake consistent; rerun the recipe to regenerate anything lost", highlight=False)
 
 
 def register(lake_app: typer.Typer) -> None:

@@ -20,6 +20,9 @@ def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str], corpus_vers
 
 
 def existing_snapshot(ctx: RunContext, name: str) -> Snapshot:
-    """The named snapshot, for training on pairs made earlier (unknown names are refused)."""
+    """The named snapshot, for training on pairs made earlier: unknown names are refused, and so
+    is a snapshot whose pairs files changed since viewmill wrote them (before anything starts)."""
     with ctx.lake(read_only=True) as lake:
-        return snapshot_info(lake, name)
+        snapshot = snapshot_info(lake, name)
+        lake.require_intact(("pairs",), f"train on pairs snapshot '{name}'")
+        return snapshot

@@ -4,7 +4,9 @@ or Prefect settings file), else a temporary local server owned by the state dire
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from viewmill.pipelines.state import StatePaths
 
@@ -25,7 +27,23 @@ def configure_prefect(state: StatePaths) -> None:
 
 
 class PrefectServerError(RuntimeError):
-    """The configured Prefect server cannot be reached; the message says what to do."""
+    """The configured Prefect server cannot be reached, or the temporary one cannot be
+    started; the message says what to do."""
+
+
+def require_writable_home(home: Path) -> None:
+    """The temporary server keeps its database, lock and record in `home`: refuse one that
+    cannot be written before anything starts, rather than fail on its lock file."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=home):
+            pass
+    except OSError as exc:
+        raise PrefectServerError(
+            f"the Prefect home {home} cannot be written ({exc.strerror}): the temporary Prefect server keeps its "
+            "database, lock and record there; make it writable, or point --state-dir at a writable state "
+            "directory, or set PREFECT_API_URL to a running server, or pass --no-prefect to run without Prefect"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -104,6 +122,7 @@ def connect_prefect(state: StatePaths | None) -> str:
         )
     from viewmill.pipelines import local_server
 
+    require_writable_home(state.prefect_home)
     configure_prefect(state)
     try:
         server = local_server.ensure(state.prefect_home)

@@ -20,8 +20,10 @@ class PreflightResult:
 def preflight(ctx: RunContext) -> PreflightResult:
     """Check everything that can fail on bad input before anything is written.
 
-    Reads the whole corpus once (encoding, emptiness), checks every engine direction, the
-    evaluation files and the encoder. Nothing here touches the lake.
+    Reads the whole corpus once: every source is first checked to be a regular file (a
+    folder, device or named pipe is named as such) that is not UTF-16, then encoding and
+    emptiness. Checks every engine direction, the evaluation files and the encoder. The
+    recipe (its name too) was validated when it was loaded. Nothing here touches the lake.
     """
     recipe = ctx.recipe
     settings = ctx.settings  # a data folder without its catalog is never replaced by a new lake

@@ -32,8 +32,10 @@ class CorpusSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, description="defaults to the recipe's name")
-    format: str = Field("text", description="a registered corpus format: text, book, senteval, nli-jsonl, csv, "
-                        "parquet, hf or a plugin's")
+    format: str = Field(
+        "text",
+        description="a registered corpus format: text, book, senteval, nli-jsonl, csv, parquet, hf or a plugin's",
+    )
     files: list[Path] = Field(min_length=1, description="files; for hf, hub ids or save_to_disk directories")
     lang: str = "en"
     text_column: str | None = Field(None, description="csv, parquet and hf: the column with the text")
@@ -121,6 +123,10 @@ class SweepConfig(BaseModel):
 
 
 MAX_SWEEP_CONFIGS = 256  # each one trains and evaluates a model
+# Files and folders are named after the recipe (models/<name>-<id>.staged.partial-old-<pid>,
+# reports/sweep-<name>-<run>.md): with at most 100 characters these stay under the 255 bytes
+# a file name may have, instead of failing after augmenting.
+MAX_NAME_CHARS = 100
 
 
 class SweepSpec(BaseModel):
@@ -177,6 +183,17 @@ class Recipe(BaseModel):
     evaluate: EvaluateSpec | None = None
     execution: ExecutionSpec = ExecutionSpec()
     sweep: SweepSpec | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_fits_a_file_name(cls, name: str) -> str:
+        if len(name) > MAX_NAME_CHARS:
+            raise ValueError(
+                f"the name is {len(name)} characters long, more than {MAX_NAME_CHARS}: viewmill names files after "
+                f"it (models/<name>-<model id>, reports/sweep-<name>-<run>.md) and a file name may have at most "
+                f"255 bytes; shorten the name"
+            )
+        return name
 
     @model_validator(mode="after")
     def _references(self) -> Recipe:

@@ -3,6 +3,7 @@ plain calls), timed, and recorded in `runs` whether the run succeeds or fails.""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from viewmill.train.export import model_id_of
 
 __all__ = ["RunContext", "RunSummary", "new_run_id", "run_recipe"]
 
+log = logging.getLogger(__name__)
 Stage = Callable[..., Any]
 MapShards = Callable[[list[ShardJob]], list[ShardReport]]
 
@@ -77,8 +79,11 @@ def run_recipe(
         if train and ctx.recipe.train is not None:
             _train_and_evaluate(ctx, timed, summary, summary.snapshot, evaluate=evaluate)
     except BaseException as exc:
-        record_run(ctx, flow, started, "failed", timed.timings, summary.counts(),
-                   error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+        try:
+            record_run(ctx, flow, started, "failed", timed.timings, summary.counts(),
+                       error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+        except Exception as unrecorded:  # e.g. the same full disk: the run's own error says what failed and where
+            log.warning("the failed run %s could not be recorded in `runs`: %s", ctx.run_id, unrecorded)
         raise
     timed.timings["total"] = round((datetime.now(UTC) - started).total_seconds(), 2)
     record_run(ctx, flow, started, "succeeded", timed.timings, summary.counts())
@@ -114,6 +119,6 @@ def _train_and_evaluate(
         base = resolve_encoder(spec.encoder)
         models.append(EvalTarget("untrained", base, model_id_of(base)))
     summary.train = timed("train", train_stage, ctx, snap.name, snap.content_hash)
-    models.append(EvalTarget("trained", summary.train.path, summary.train.model_id))
+    models.append(EvalTarget("trained", summary.train.path, summary.train.model_id, card=True))
     if evaluates:
         summary.evals = timed("evaluate", evaluate_stage, ctx, models)

@@ -17,9 +17,17 @@ from viewmill.storage.ids import file_hash, fingerprint
 from viewmill.storage.schema import MODELS
 from viewmill.storage.snapshots import read_pairs
 from viewmill.train import distributed
+from viewmill.train.card import base_license, corpus_datasets
 from viewmill.train.encoder import encoder_fingerprint, resolve_encoder
 from viewmill.train.evaluate import StsTask, concatenated, load_task, model_spearman_x100
-from viewmill.train.export import MANIFEST, base_license, crash_point, is_complete_model, model_lock, read_manifest
+from viewmill.train.export import (
+    MANIFEST,
+    crash_point,
+    is_complete_model,
+    model_lock,
+    read_manifest,
+    reusable_export,
+)
 from viewmill.train.loop import TrainReport, train_model, training_code_fingerprint
 from viewmill.train.selection import DevScore
 
@@ -67,7 +75,7 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> TrainResul
             report = _train(ctx, snapshot, model_id, out_dir, staged)
             crash_point("exported")
         if main:
-            _publish_model(ctx, staged, out_dir)
+            _publish_model(ctx, staged, out_dir, model_id)
     selected = report.selected_step if report is not None else read_manifest(out_dir).get("selected_step")
     return TrainResult(model_id, str(out_dir), reused=report is None, selected_step=selected, report=report)
 
@@ -78,9 +86,10 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
     assert spec is not None
     base = resolve_encoder(spec.encoder)
     with ctx.lake(read_only=True) as lake:
-        table = read_pairs(lake, snapshot)
+        table = read_pairs(lake, snapshot, purpose=f"train on pairs snapshot '{snapshot}'")
     card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id,
             "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
+            "corpus_datasets": corpus_datasets(ctx.recipe.corpus.format, ctx.recipe.corpus.files),
             "dev_task": spec.dev.name if spec.dev is not None else None}  # fmt: skip
     keys, dev = table["sentence_id"].to_pylist(), _dev_scorer(spec.dev)
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
@@ -88,10 +97,11 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
                            on_step=lambda step, _: advance(step, spec.steps), dev=dev)  # fmt: skip
 
 
-def _publish_model(ctx: RunContext, staged: Path, out_dir: Path) -> None:
-    """Record the model's lake row (once), then rename its staged export into place."""
+def _publish_model(ctx: RunContext, staged: Path, out_dir: Path, model_id: str) -> None:
+    """Record the model's lake row (once), then rename its staged export into place; an export
+    whose manifest names another model, or whose files are not those it recorded, is refused."""
     source = out_dir if is_complete_model(out_dir) else staged
-    manifest = read_manifest(source)
+    manifest = reusable_export(source, model_id)
     row = {"model_id": manifest["model_id"], "path": str(out_dir), "base_model": manifest.get("base_model"),
            "objective": manifest["train_config"]["objective"], "snapshot": manifest.get("snapshot"),
            "train_config": (source / MANIFEST).read_text(encoding="utf-8"), "run_id": ctx.run_id,

@@ -1,4 +1,10 @@
-"""Stable, content-derived identifiers."""
+"""Stable, content-derived identifiers.
+
+A sentence's id is taken over its text without invisible characters, in NFC, single-spaced
+(`id_text`). Lake data written before invisible characters were removed keeps its ids,
+except for texts that held such characters: those get a new id on their next ingest (the
+old rows stay; the corpus version names the new ids).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,53 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+import regex
 import xxhash
+
+# Unicode's Default_Ignorable_Code_Point property, all of it (zero-width space, ZWJ/ZWNJ,
+# BOM, soft hyphen, bidi marks, variation selectors, tags, Hangul fillers, and the reserved
+# ranges Unicode keeps for future ones, so the set never grows): characters that render as
+# nothing, yet would give one visible sentence several ids.
+_IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}+")
+# ZWNJ and ZWJ between letters of a joining script change how the word is written (Persian
+# "می‌خواهم", Hindi conjuncts), and ZWJ and the emoji presentation selector build emoji
+# sequences (👩‍💻, ❤️): those stay in the stored text. The id ignores them too, so spellings
+# with and without them (both common) are one sentence.
+_JOINING_SCRIPTS = ("Arabic", "Syriac", "Nko", "Devanagari", "Bengali", "Gurmukhi", "Gujarati", "Oriya", "Tamil",
+                    "Telugu", "Kannada", "Malayalam", "Sinhala")  # fmt: skip
+_JOINING = regex.compile(  # Script_Extensions: Arabic vowel marks are "Inherited" by Script
+    r"[[\p{L}\p{M}]&&[" + "".join(rf"\p{{scx={name}}}" for name in _JOINING_SCRIPTS) + "]]", flags=regex.V1
+)
+_PICTOGRAPH = regex.compile(r"[\p{Extended_Pictographic}\p{Emoji_Modifier}]")
+_ZWNJ, _ZWJ, _TEXT_STYLE, _EMOJI_STYLE = "\u200c", "\u200d", "\ufe0e", "\ufe0f"
+
+
+def _visible_part(run: regex.Match) -> str:
+    """What of a run of ignorable characters changes how the text looks (usually nothing)."""
+    text, start, end = run.string, run.start(), run.end()
+    before = text[start - 1] if start else ""
+    after = text[end] if end < len(text) else ""
+    chars = run.group()
+    if before and after and _JOINING.match(before) and _JOINING.match(after):
+        return next((c for c in chars if c in (_ZWNJ, _ZWJ)), "")
+    if before and _PICTOGRAPH.match(before):
+        style = chars[0] if chars[0] in (_TEXT_STYLE, _EMOJI_STYLE) else ""
+        joins = _ZWJ in chars and bool(after) and _PICTOGRAPH.match(after) is not None
+        return style + (_ZWJ if joins else "")
+    return ""
 
 
 def normalize_text(text: str) -> str:
-    """NFC and single spaces: the form every id and comparison is taken over."""
-    return " ".join(unicodedata.normalize("NFC", text).split())
+    """The form a sentence is stored in: ignorable characters removed (except the joiners
+    above), then NFC and single spaces."""
+    return " ".join(unicodedata.normalize("NFC", _IGNORABLE.sub(_visible_part, text)).split())
+
+
+def id_text(text: str) -> str:
+    """The form ids and comparisons are taken over: every ignorable character removed, then
+    NFC and single spaces, so visually identical texts (NFC or NFD, with or without
+    zero-width characters) are one text."""
+    return " ".join(unicodedata.normalize("NFC", _IGNORABLE.sub("", text)).split())
 
 
 def text_hash(text: str) -> str:
@@ -20,7 +67,7 @@ def text_hash(text: str) -> str:
 
 
 def sentence_id(text: str) -> str:
-    return text_hash(normalize_text(text))
+    return text_hash(id_text(text))
 
 
 def file_hash(path: Path) -> str:

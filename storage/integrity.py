@@ -1,46 +1,31 @@
-"""Checking a lake's catalog against its files (`viewmill lake verify`) and mending it
-(`viewmill lake repair`) without losing rows whose files are intact."""
+"""Checking a lake's catalog against its files (`viewmill lake verify`): every listed file is
+there with its recorded size, rows and (unless quick) the content hash recorded when viewmill
+wrote it; no stray files; every named pairs snapshot matches its hash. Mending is `repair.py`."""
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from viewmill.storage.catalog import data_files, sql_literal
+from viewmill.storage.file_hashes import HashRecords, content_problem, record_files
 from viewmill.storage.lake import Lake
-from viewmill.storage.schema import PARTITIONS, TABLES
+from viewmill.storage.lake_files import (
+    FOOTER_ERRORS,
+    CatalogFile,
+    catalog_files,
+    file_size,
+    footer_rows,
+    scheduled_for_deletion,
+    stray_files,
+)
+from viewmill.storage.schema import TABLES
 from viewmill.storage.snapshots import legacy_content_hash, pairs_content_hash
 
-META = "__ducklake_metadata_lake"
-# Natural keys: rows of these tables found in orphaned files are taken back in, once.
-KEYS: dict[str, tuple[str, ...]] = {
-    "sentences": ("corpus", "sentence_id"),
-    "nli_pairs": ("corpus", "pair_id"),
-    "translations": ("cache_key", "rank"),
-    "views": ("view_id",),
-    "corpus_members": ("corpus_version", "sentence_id"),
-    "corpus_versions": ("corpus_version",),
-}
-
-
-@dataclass(frozen=True)
-class CatalogFile:
-    table: str
-    kind: str  # data | delete
-    path: Path
-    rows: int
-    size: int
-    current: bool  # in the lake's current state (else only in older snapshots)
-    data_file_id: int
+DAMAGE = ("missing", "unreadable", "size", "rows", "content")  # a file whose rows cannot be trusted
 
 
 @dataclass(frozen=True)
 class Problem:
-    kind: str  # missing | unreadable | size | rows | orphan | snapshot
+    kind: str  # missing | unreadable | size | rows | content | unhashed | orphan | snapshot
     table: str
     path: str
     detail: str
@@ -54,8 +39,10 @@ class Problem:
 @dataclass
 class VerifyReport:
     files: int = 0
+    quick: bool = False  # sizes and footers only: contents were not hashed
     problems: list[Problem] = field(default_factory=list)
     legacy_snapshots: list[str] = field(default_factory=list)  # ids-only hash (made by older viewmill)
+    foreign_records: int = 0  # hash entries not signed by this lake's key (ignored)
 
     @property
     def errors(self) -> list[Problem]:
@@ -66,57 +53,34 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.errors
 
-
-def catalog_files(lake: Lake) -> list[CatalogFile]:
-    """Every data and delete file the catalog lists (any snapshot), with its recorded size and rows."""
-    rows = lake.con.execute(
-        f"""
-        WITH t AS (SELECT * FROM {META}.ducklake_table
-                   QUALIFY row_number() OVER (PARTITION BY table_id ORDER BY begin_snapshot DESC) = 1),
-             s AS (SELECT * FROM {META}.ducklake_schema
-                   QUALIFY row_number() OVER (PARTITION BY schema_id ORDER BY begin_snapshot DESC) = 1),
-             f AS (SELECT table_id, 'data' AS kind, path, path_is_relative, record_count AS n, file_size_bytes,
-                          end_snapshot, data_file_id FROM {META}.ducklake_data_file
-                   UNION ALL
-                   SELECT table_id, 'delete', path, path_is_relative, delete_count, file_size_bytes,
-                          end_snapshot, data_file_id FROM {META}.ducklake_delete_file)
-        SELECT t.table_name, f.kind, f.path, f.path_is_relative, t.path, t.path_is_relative, s.path,
-               s.path_is_relative, f.n, f.file_size_bytes, f.end_snapshot IS NULL AND t.end_snapshot IS NULL,
-               f.data_file_id
-        FROM f JOIN t USING (table_id) JOIN s ON s.schema_id = t.schema_id
-        ORDER BY 1, 2, 3
-        """
-    ).fetchall()
-    out = []
-    for table, kind, path, rel, tpath, trel, spath, srel, n, size, current, file_id in rows:
-        full = Path(path)
-        if rel:
-            table_dir = Path(tpath) if not trel else (Path(spath) if not srel else Path(lake.data_path) / spath) / tpath
-            full = table_dir / path
-        out.append(CatalogFile(table, kind, full, int(n or 0), int(size or 0), bool(current), int(file_id)))
-    return out
+    def of_kind(self, *kinds: str) -> list[Problem]:
+        return [p for p in self.errors if p.kind in kinds]
 
 
-def _scheduled(lake: Lake) -> set[Path]:
-    rows = lake.con.execute(f"SELECT path, path_is_relative FROM {META}.ducklake_files_scheduled_for_deletion")
-    return {(Path(lake.data_path) / p if rel else Path(p)).resolve() for p, rel in rows.fetchall()}
-
-
-def check_file(entry: CatalogFile) -> Problem | None:
-    """Whether a listed file is there with the size and row count the catalog records."""
-    where = str(entry.path)
-    if not entry.path.exists():
-        return Problem("missing", entry.table, where, f"{entry.kind} file of {entry.rows} rows is gone", entry.current)
-    size = entry.path.stat().st_size
-    if entry.size and size != entry.size:
-        return Problem("size", entry.table, where, f"{size} bytes, catalog says {entry.size}", entry.current)
-    try:
-        rows = pq.read_metadata(entry.path).num_rows
-    except (OSError, pa.ArrowException) as exc:
-        return Problem("unreadable", entry.table, where, f"not readable Parquet ({exc})", entry.current)
-    if rows != entry.rows:
-        return Problem("rows", entry.table, where, f"{rows} rows, catalog says {entry.rows}", entry.current)
-    return None
+def check_file(lake: Lake, entry: CatalogFile, records: HashRecords, *, quick: bool = False) -> Problem | None:
+    """Whether a listed file is there with the size and row count the catalog records and, in
+    full mode, the content hash recorded when viewmill wrote it (quick: only that one exists)."""
+    size = file_size(lake.con, entry.location)
+    problem = None
+    if size is None:
+        problem = ("missing", f"{entry.kind} file of {entry.rows} rows is gone")
+    elif entry.size and size != entry.size:
+        problem = ("size", f"{size} bytes, catalog says {entry.size}")
+    else:
+        try:
+            rows = footer_rows(lake.con, entry.location)
+        except FOOTER_ERRORS as exc:
+            rows, problem = None, ("unreadable", f"not readable Parquet ({exc})")
+        if rows is not None and rows != entry.rows:
+            problem = ("rows", f"{rows} rows, catalog says {entry.rows}")
+    if problem is None and quick and not records.has(entry.rel):
+        problem = ("unhashed", "no recorded content hash (written by an older viewmill, or outside viewmill)")
+    if problem is None and not quick:
+        found = content_problem(lake.con, entry, records)
+        problem = (found.kind, found.detail) if found is not None else None
+    if problem is None:
+        return None
+    return Problem(problem[0], entry.table, entry.location, problem[1], entry.current)
 
 
 def check_snapshots(lake: Lake, report: VerifyReport) -> None:
@@ -138,118 +102,72 @@ def check_snapshots(lake: Lake, report: VerifyReport) -> None:
                 report.problems.append(Problem("snapshot", "pairs", name, "content hash differs from the recorded one"))
 
 
-def verify_lake(lake: Lake) -> VerifyReport:
-    """Missing, unreadable, resized or re-counted files, orphaned Parquet files under the data
-    folder, and named snapshots whose pairs no longer match their hash."""
-    report = VerifyReport()
-    listed = catalog_files(lake)
-    report.files = len(listed)
-    if not lake.data_path.startswith("s3://"):
-        report.problems += [p for p in map(check_file, listed) if p is not None]
-        known = {entry.path.resolve() for entry in listed} | _scheduled(lake)
-        for path in data_files(lake.data_path):
-            if path.resolve() not in known:
-                table = _table_of(lake, path)
-                report.problems.append(Problem("orphan", table or "?", str(path), "no catalog entry lists this file"))
+def verify_lake(lake: Lake, *, quick: bool = False) -> VerifyReport:
+    """Missing, unreadable, resized, re-counted or (full mode) changed files, files with no
+    recorded hash, orphaned Parquet files under a local data folder, and named snapshots whose
+    pairs no longer match their hash."""
+    report = VerifyReport(quick=quick)
+    listed = catalog_files(lake.con, lake.data_path)
+    records = lake.hash_records()
+    report.files, report.foreign_records = len(listed), records.foreign
+    report.problems += [p for p in (check_file(lake, entry, records, quick=quick) for entry in listed) if p]
+    report.problems += _orphans(lake, {entry.rel for entry in listed})
+    if report.of_kind("unhashed", "orphan"):
+        _second_look(lake, report)
     check_snapshots(lake, report)
     return report
 
 
-def _table_of(lake: Lake, path: Path) -> str | None:
+def _orphans(lake: Lake, known: set[str]) -> list[Problem]:
+    known = known | scheduled_for_deletion(lake.con, lake.data_path)
+    return [
+        Problem("orphan", table_of(rel) or "?", _location(lake, rel), "no catalog entry lists this file")
+        for rel in stray_files(lake.con, lake.data_path)
+        if rel not in known
+    ]
+
+
+def _second_look(lake: Lake, report: VerifyReport) -> None:
+    """Verify takes no lock: a writer may have committed a file and not yet recorded its hash,
+    or written a file it commits a moment later. Look again at those two kinds only."""
+    listed = {entry.rel for entry in catalog_files(lake.con, lake.data_path)}
+    records = lake.hash_records()
+    prefix = lake.data_path.rstrip("/") + "/"
+
+    def settled(problem: Problem) -> bool:
+        rel = problem.path.removeprefix(prefix)
+        return (problem.kind == "orphan" and rel in listed) or (problem.kind == "unhashed" and records.has(rel))
+
+    report.problems = [p for p in report.problems if not settled(p)]
+
+
+def _location(lake: Lake, rel: str) -> str:
+    return lake.data_path.rstrip("/") + "/" + rel
+
+
+def table_of(rel: str) -> str | None:
     """The table a file under `<data>/main/<table>/` belongs to."""
-    parts = path.relative_to(Path(lake.data_path)).parts
+    parts = rel.split("/")
     return parts[1] if len(parts) > 2 and parts[0] == "main" and parts[1] in TABLES else None
 
 
-@dataclass
-class RepairReport:
-    rebuilt: dict[str, int] = field(default_factory=dict)  # table -> rows kept
-    lost_files: list[str] = field(default_factory=list)
-    recovered: dict[str, int] = field(default_factory=dict)  # table -> rows taken back from orphaned files
-    moved_to: str | None = None
-    dropped_snapshots: list[str] = field(default_factory=list)
-    after: VerifyReport | None = None
+def record_missing_hashes(lake: Lake) -> tuple[list[CatalogFile], VerifyReport]:
+    """`viewmill lake verify --record-hashes`: under the writer lock, verify in full, then record
+    today's content of the files that have no recorded hash (and no other problem) as trusted.
+    A file whose content differs from its record is never re-recorded: that is damage (repair)."""
+    with lake.writing():
+        report = verify_lake(lake)
+        unhashed = {p.path for p in report.problems if p.kind == "unhashed"}
+        files = [entry for entry in catalog_files(lake.con, lake.data_path) if entry.location in unhashed]
+        recorded = record_files(lake.con, lake.data_path, files, lake.signing_key())
+        trusted = {entry.location for entry in recorded}
+        report.problems = [p for p in report.problems if not (p.kind == "unhashed" and p.path in trusted)]
+        return recorded, report
 
 
-def _intact_rows(lake: Lake, table: str, data: list[CatalogFile], deletes: dict[int, CatalogFile]) -> str:
-    """SQL for the rows of `data` files minus the rows their delete files remove."""
-    selects = []
-    for entry in data:
-        columns = ", ".join(TABLES[table].names)
-        query = f"SELECT {columns} FROM read_parquet({sql_literal(str(entry.path))}, file_row_number = true)"
-        if entry.data_file_id in deletes:
-            gone = sql_literal(str(deletes[entry.data_file_id].path))
-            query += f" WHERE file_row_number NOT IN (SELECT pos FROM read_parquet({gone}))"
-        selects.append(query)
-    return " UNION ALL ".join(selects)
-
-
-def rebuild_table(lake: Lake, table: str, damaged: set[Path]) -> int:
-    """Replace `table` by the rows of its intact current files, in one transaction; returns rows kept.
-    A data file whose delete file is damaged goes too: its deleted rows must not come back."""
-    current = [e for e in catalog_files(lake) if e.table == table and e.current]
-    deletes = {e.data_file_id: e for e in current if e.kind == "delete"}
-    bad_ids = {e.data_file_id for e in current if e.path.resolve() in damaged}
-    keep = [e for e in current if e.kind == "data" and e.data_file_id not in bad_ids]
-    schema = TABLES[table]
-    with lake.transaction():
-        rows = lake.arrow(_intact_rows(lake, table, keep, deletes)) if keep else schema.empty_table()
-        lake.con.execute(f"DROP TABLE {table}")
-        lake.con.register("_empty", schema.empty_table())
-        lake.con.execute(f"CREATE TABLE {table} AS SELECT * FROM _empty LIMIT 0")
-        lake.con.unregister("_empty")
-        if table in PARTITIONS:
-            lake.con.execute(f"ALTER TABLE {table} SET PARTITIONED BY ({', '.join(PARTITIONS[table])})")
-        lake.append(table, rows.cast(schema))
-    return rows.num_rows
-
-
-def repair_lake(lake: Lake, state_root: Path) -> RepairReport:
-    """Bring the lake back to a consistent state, keeping every intact row:
-    1. a table with missing or damaged current files is rebuilt from its intact files;
-    2. rows of orphaned files (e.g. written after the catalog backup that was restored) are
-       taken back into keyed tables (views, sentences, translations, corpus versions), once;
-       every orphaned file is then moved to `<state>/orphaned-<time>/`, never deleted;
-    3. a named snapshot whose pairs no longer match its hash is dropped, so the next run of
-       its recipe makes it again (same content, same name) from the views still there.
-    """
-    report = RepairReport()
-    before = verify_lake(lake)
-    damaged: dict[str, set[Path]] = {}
-    for problem in before.errors:
-        if problem.kind in ("missing", "unreadable", "size", "rows"):
-            damaged.setdefault(problem.table, set()).add(Path(problem.path).resolve())
-            report.lost_files.append(problem.path)
-    for table, paths in damaged.items():
-        report.rebuilt[table] = rebuild_table(lake, table, paths)
-    orphans = [Path(p.path) for p in before.problems if p.kind == "orphan"]
-    if orphans:
-        report.moved_to = str(_take_back_orphans(lake, orphans, state_root, report.recovered))
-    for problem in verify_lake(lake).problems:
-        if problem.kind == "snapshot":
-            with lake.transaction():
-                lake.con.execute("DELETE FROM pairs WHERE snapshot = ?", [problem.path])
-                lake.con.execute("DELETE FROM snapshots WHERE snapshot = ?", [problem.path])
-            report.dropped_snapshots.append(problem.path)
-    report.after = verify_lake(lake)
-    return report
-
-
-def _take_back_orphans(lake: Lake, orphans: list[Path], state_root: Path, recovered: dict[str, int]) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    target = state_root / f"orphaned-{stamp}"
-    for path in orphans:
-        table = _table_of(lake, path)
-        if table in KEYS:
-            try:
-                rows = lake.arrow(f"SELECT * FROM read_parquet({sql_literal(str(path))}, union_by_name = true)")
-            except Exception:  # an unreadable orphan is only moved aside
-                rows = None
-            if rows is not None and set(TABLES[table].names) <= set(rows.column_names):
-                with lake.transaction():
-                    added = lake.append(table, rows, unique_on=KEYS[table])
-                recovered[table] = recovered.get(table, 0) + added
-        moved = target / path.relative_to(Path(lake.data_path))
-        moved.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(path), moved)
-    return target
+def damaged_files(report: VerifyReport) -> dict[str, set[str]]:
+    """Table -> locations of its current files whose rows cannot be trusted."""
+    damaged: dict[str, set[str]] = {}
+    for problem in report.of_kind(*DAMAGE):
+        damaged.setdefault(problem.table, set()).add(problem.path)
+    return damaged

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,25 +31,16 @@ from viewmill.storage.catalog import (
     s3_secret_sql,
     sql_literal,
 )
+from viewmill.storage.file_hashes import HashRecords, content_problems, lake_key, read_records, record_files, refusal
+from viewmill.storage.lake_files import CatalogFile, catalog_files, merge_candidates, next_file_id
 from viewmill.storage.schema import PARTITIONS, TABLES
 from viewmill.storage.writer_lock import WriterLock
 
 # The lake's public names; those defined in `catalog` and `writer_lock` stay importable from here.
 __all__ = [
-    "CATALOG_ENV",
-    "CATALOG_NAME",
-    "DATA_PATH_ENV",
-    "Catalog",
-    "Lake",
-    "LakeError",
-    "WriterLock",
-    "check_not_orphaned",
-    "data_files",
-    "extension_path",
-    "redact",
-    "refuse_orphaned_data",
-    "s3_secret_sql",
-]
+    "CATALOG_ENV", "CATALOG_NAME", "DATA_PATH_ENV", "Catalog", "Lake", "LakeError", "WriterLock",
+    "check_not_orphaned", "data_files", "extension_path", "redact", "refuse_orphaned_data", "s3_secret_sql",
+]  # fmt: skip
 
 CATALOG_NAME = "lake"
 
@@ -89,14 +80,17 @@ class Lake:
         self._lock = WriterLock(self.catalog, self.root)
         self._lock_depth = 0
         self._in_transaction = False
+        self._unhashed_from = 0  # files numbered from here on have no recorded hash yet
+        self._key: bytes | None = None
         # Rows carry their own keys and every read that needs an order says ORDER BY, so
         # DuckDB need not buffer large inserts to keep their order (less memory).
         self.con = duckdb.connect(config={"threads": max(1, os.cpu_count() or 1), "preserve_insertion_order": False})
         try:
             self._attach()
-            if not read_only:
+            if not read_only and not self._is_set_up():
                 with self._writing():
                     self._create_tables()
+                    self._key = lake_key(self.con, create=True)
         except BaseException as exc:
             self.close()
             self._raise_if_disk_full(exc)
@@ -160,6 +154,16 @@ class Lake:
             self.con.execute(f"{attach} ({', '.join(options)})")
             self.data_path = recorded
 
+    def _is_set_up(self) -> bool:
+        """Whether every table, column and the hash-signing key exist: opening such a lake takes
+        no writer lock, so a process waits for the lock only where it writes (and can say so)."""
+        sql = "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = ?"
+        have = set(self.con.execute(sql, [CATALOG_NAME]).fetchall())
+        if not {(name, field.name) for name, schema in TABLES.items() for field in schema} <= have:
+            return False
+        self._key = lake_key(self.con, create=False)
+        return self._key is not None
+
     def _create_tables(self) -> None:
         existing = {row[0] for row in self.con.execute("SHOW TABLES").fetchall()}
         for name, schema in TABLES.items():
@@ -199,18 +203,80 @@ class Lake:
         self.close()
 
     @contextmanager
-    def _writing(self) -> Iterator[None]:
+    def _writing(self, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
         if self.read_only:
             raise LakeError("this lake was opened read-only; open it without read_only to write")
         self._lock_depth += 1
         if self._lock_depth == 1:
-            self._lock.acquire()
+            try:
+                self._lock.acquire(on_wait)
+                # Under the lock no other writer commits: every file added from here on is ours.
+                self._unhashed_from = next_file_id(self.con)
+            except BaseException as exc:
+                self._lock_depth -= 1
+                self._lock.release()
+                self._raise_if_disk_full(exc)  # the lock file cannot be made: a read-only or full disk
+                raise
+        failed = True
         try:
             yield
+            failed = False
         finally:
             self._lock_depth -= 1
             if self._lock_depth == 0:
-                self._lock.release()
+                try:
+                    self._record_new_files()  # statements that committed on their own
+                except Exception:
+                    if not failed:  # else the first error is the one to see; verify names the file
+                        raise
+                finally:
+                    self._lock.release()
+
+    def writing(self, on_wait: Callable[[], None] | None = None) -> contextlib.AbstractContextManager[None]:
+        """Hold the writer lock over several steps (verify then repair): no writer commits between
+        them; `on_wait` is called first when another writer holds it now."""
+        return self._writing(on_wait)
+
+    def _record_new_files(self) -> None:
+        """Hash the files that commits since the lock was taken added, and record them."""
+        upto = next_file_id(self.con)
+        if upto <= self._unhashed_from:
+            return
+        added = catalog_files(self.con, self.data_path, from_id=self._unhashed_from)
+        new = [f for f in added if f.file_id < upto]
+        if new:
+            try:
+                record_files(self.con, self.data_path, new, self.signing_key())
+            except (OSError, duckdb.Error) as exc:
+                raise LakeError(
+                    f"the write to the lake at {self.root} committed, but the content hashes of its {len(new)} new "
+                    f"file(s) could not be recorded ({exc}): fix that (df -h), check the lake with `viewmill lake "
+                    "verify`, then trust those files with `viewmill lake verify --record-hashes`"
+                ) from None
+        self._unhashed_from = upto
+
+    def signing_key(self) -> bytes:
+        """The key this lake's hash records are signed with (a writable lake makes it on open)."""
+        if self._key is None:
+            raise LakeError("this lake was opened read-only; open it without read_only to record hashes")
+        return self._key
+
+    def hash_records(self) -> HashRecords:
+        """What the lake's hash record says of its files (signed by this lake's key only)."""
+        key = self._key if self._key is not None else lake_key(self.con, create=False)
+        return read_records(self.con, self.data_path, key)
+
+    def require_intact(self, tables: Sequence[str], purpose: str) -> None:
+        """Refuse (LakeError, naming the file and the fix) when a current file of `tables` is
+        missing, changed since viewmill wrote it, or has no recorded hash: what `purpose`
+        (e.g. "pair views") would read must be what viewmill wrote."""
+        files = [f for f in catalog_files(self.con, self.data_path, tables=tuple(tables)) if f.current]
+        self._refuse_untrusted(files, purpose)
+
+    def _refuse_untrusted(self, files: list[CatalogFile], purpose: str) -> None:
+        problems = content_problems(self.con, files, self.hash_records())
+        if problems:
+            raise LakeError(refusal(problems, purpose))
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -236,6 +302,7 @@ class Lake:
             except duckdb.Error as exc:
                 self._raise_if_disk_full(exc)
                 raise
+            self._record_new_files()
 
     def _raise_if_disk_full(self, exc: BaseException) -> None:
         full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or any(
@@ -286,8 +353,11 @@ class Lake:
         return int(count[0]) if count else 0
 
     def compact(self) -> None:
-        """Merge the small Parquet files that chunked commits leave into larger ones."""
+        """Merge the small Parquet files that chunked commits leave into larger ones. The files
+        a merge may read are checked against their recorded hashes first: a changed file's
+        rows must not come out of the merge in a new file with a fresh, trusted hash."""
         with self._writing():
+            self._refuse_untrusted(merge_candidates(catalog_files(self.con, self.data_path)), "compact the lake")
             self.con.execute(f"CALL ducklake_merge_adjacent_files({sql_literal(CATALOG_NAME)})")
 
     # -- reads ---------------------------------------------------------------------

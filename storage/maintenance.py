@@ -53,16 +53,17 @@ def compact_lake(lake: Lake, keep_days: float = 7.0) -> CompactReport:
     nor a pinned one), and delete the data files no kept snapshot references, so that the
     Parquet files under the data folder hold each current row exactly once."""
     before = len(data_files(lake.data_path))
-    lake.compact()
-    pinned = pinned_versions(lake)
-    cutoff = datetime.now(UTC) - timedelta(days=keep_days)
-    current = lake.version()
-    candidates = lake.con.execute(
-        f"SELECT snapshot_id FROM ducklake_snapshots('{CATALOG_NAME}') WHERE snapshot_time < ? ORDER BY snapshot_id",
-        [cutoff],
-    ).fetchall()
-    expire = [int(row[0]) for row in candidates if int(row[0]) not in pinned and int(row[0]) != current]
-    with lake._writing():
+    with lake.writing():  # one span: no writer commits between the merge and the cleanup
+        lake.compact()  # refuses to merge a file whose content changed since viewmill wrote it
+        pinned = pinned_versions(lake)
+        cutoff = datetime.now(UTC) - timedelta(days=keep_days)
+        current = lake.version()
+        candidates = lake.con.execute(
+            f"SELECT snapshot_id FROM ducklake_snapshots('{CATALOG_NAME}') WHERE snapshot_time < ? "
+            "ORDER BY snapshot_id",
+            [cutoff],
+        ).fetchall()
+        expire = [int(row[0]) for row in candidates if int(row[0]) not in pinned and int(row[0]) != current]
         if expire:
             lake.con.execute(f"CALL ducklake_expire_snapshots('{CATALOG_NAME}', versions => ?)", [expire])
         deleted = lake.con.execute(

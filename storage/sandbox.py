@@ -1,72 +1,217 @@
-"""Ad hoc SQL over the lake (`viewmill sql`) that can read but never write or reach out.
+"""Ad hoc SQL over the lake (`viewmill sql`) that reads and does nothing else.
 
-Two layers, because neither is enough alone: only SELECT-like statements run (ATTACH,
-COPY, INSTALL, LOAD, SET, CREATE ... are refused by type before anything executes), and
-the connection itself is locked down (no file access outside the lake's data files, no
-extension loading, settings locked) so a statement type DuckDB adds later cannot escape.
+Three layers, because no one of them is enough alone:
+1. a whitelist (`sandbox_check`, `sandbox_policy`): one statement, a plain query, every
+   pragma, function and plan operator in it classified as a read;
+2. a locked connection: no directory but the lake's data folder (allowed_directories), no
+   temporary directory (nothing spills to disk), no extension loading, no Python replacement
+   scans, every credential setting emptied (the S3 key lives in a redacted DuckDB secret only),
+   then `lock_configuration`; the catalog attached read-only, and for a SQLite catalog, a
+   private copy of it, so even DuckDB's own file access never holds the real catalog's path;
+3. limits: a time limit (DuckDB's interrupt, from a timer) and a memory limit.
+Output files never land inside the lake (`refuse_output_in_lake`).
 """
 
 from __future__ import annotations
 
+import math
+import os
+import re
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from viewmill.storage.lake import Lake, LakeError
+from viewmill.storage.catalog import Catalog, LakeError, redact
+from viewmill.storage.lake import Lake
+from viewmill.storage.sandbox_check import QueryRefused, checked_query
+from viewmill.storage.sandbox_policy import CREDENTIAL_SETTINGS
 
-# DESCRIBE, SHOW, SUMMARIZE, PRAGMA and FROM-first queries parse as SELECT.
-ALLOWED_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+__all__ = [
+    "OutputRefused",
+    "QueryLimitHit",
+    "QueryLimits",
+    "QueryRefused",
+    "open_query_lake",
+    "refuse_output_in_lake",
+    "run_query",
+]
 
-
-class QueryRefused(LakeError):
-    """A statement that ad hoc SQL may not run; the message names it."""
-
-
-def check_read_only(query: str) -> None:
-    """Refuse any statement that is not a read (checked before the query runs)."""
-    try:
-        statements = duckdb.extract_statements(query)
-    except duckdb.Error as exc:
-        raise QueryRefused(f"query failed: {exc}") from None
-    if not statements:
-        raise QueryRefused('the query is empty: give a SELECT, e.g. viewmill sql "SELECT count(*) FROM views"')
-    for statement in statements:
-        if statement.type not in ALLOWED_STATEMENTS:
-            kind = statement.type.name
-            raise QueryRefused(
-                f"viewmill sql is read-only: {kind} statements are not allowed ({statement.query.strip()[:60]!r}); "
-                "use SELECT (or DESCRIBE, SHOW, SUMMARIZE, EXPLAIN), and write files with `viewmill lake export`"
-            )
+_SIZE = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+# Where credentials come from, so that no message carries one even if DuckDB quotes it.
+_CREDENTIAL_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
-def lock_down(lake: Lake) -> None:
-    """No file access except the lake's own data files, no extensions, settings locked."""
+class OutputRefused(LakeError):
+    """An output path that would land on the lake's own files."""
+
+
+class QueryLimitHit(LakeError):
+    """The query ran past its time or memory limit; the message names the flag that raises it."""
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """How long (seconds) and how much memory (a DuckDB size: 2GB, 512MB) one query may take."""
+
+    timeout_s: float = 60.0
+    memory: str = "2GB"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"--timeout {self.timeout_s} is not a time limit: give seconds above 0, e.g. --timeout 60")
+        if not _SIZE.fullmatch(self.memory.strip()):
+            raise ValueError(f"--memory {self.memory!r} is not a size: write it like 2GB, 512MB or 1.5GiB")
+
+
+def lock_down(lake: Lake, memory: str = QueryLimits.memory) -> None:
+    """Credentials emptied, files limited to the lake's data folder, nothing written, settings locked."""
     con = lake.con
-    data = lake.data_path.rstrip("/") + "/"
-    if not data.startswith("s3://"):
-        data = str(Path(data).resolve()) + "/"
-    con.execute("SET allowed_directories = ?", [[data]])
-    for setting in (
-        "autoinstall_known_extensions", "autoload_known_extensions", "allow_community_extensions",
-        "enable_external_access",
-    ):  # fmt: skip
-        con.execute(f"SET {setting} = false")
-    con.execute("SET lock_configuration = true")
+    present = {row[0] for row in con.execute("SELECT name FROM duckdb_settings()").fetchall()}
+    for setting in CREDENTIAL_SETTINGS:  # httpfs copies AWS_* variables into s3_* settings on load
+        if setting in present:
+            con.execute(f"SET {setting} = ''")
+    con.execute("SET allowed_directories = ?", [_data_directories(lake.data_path)])
+    con.execute("SET memory_limit = ?", [memory.strip()])
+    settings = {
+        "temp_directory": "''", "autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
+        "allow_community_extensions": "false", "allow_unredacted_secrets": "false",
+        "python_enable_replacements": "false", "enable_logging": "false",
+        "enable_external_access": "false",  # last but one: it also freezes the allowed paths
+        "lock_configuration": "true",
+    }  # fmt: skip
+    for setting, value in settings.items():
+        con.execute(f"SET {setting} = {value}")
 
 
-def open_query_lake(root: Path | str, catalog: str | None = None) -> Lake:
-    """The lake, read-only and locked down for ad hoc queries."""
-    lake = Lake(root, read_only=True, catalog=catalog)
+def _data_directories(data_path: str) -> list[str]:
+    if data_path.startswith("s3://"):
+        return [data_path.rstrip("/") + "/"]
+    named = Path(data_path)
+    return sorted({str(named.absolute()).rstrip("/") + "/", str(named.resolve()) + "/"})
+
+
+@contextmanager
+def open_query_lake(root: Path | str, catalog: str | None = None, limits: QueryLimits | None = None) -> Iterator[Lake]:
+    """The lake, read-only and locked down for ad hoc queries (a SQLite catalog as a private copy)."""
+    limits = limits or QueryLimits()
+    spec = Catalog.parse(catalog, Path(root))
+    with tempfile.TemporaryDirectory(prefix="viewmill-sql-") as scratch:
+        lake = Lake(root, read_only=True, catalog=_private_catalog(spec, Path(scratch), catalog))
+        try:
+            lock_down(lake, limits.memory)
+            yield lake
+        finally:
+            lake.close()
+
+
+def _private_catalog(spec: Catalog, scratch: Path, given: str | None) -> str | None:
+    """A SQLite catalog copied (SQLite's backup: one consistent snapshot, readers and writers
+    undisturbed) to `scratch`; other catalogs, and a missing one, as given (Lake says what is wrong)."""
+    source = Path(spec.target)
+    if spec.kind != "sqlite" or not source.is_file():
+        return given
+    copy = scratch / "catalog.sqlite"
     try:
-        lock_down(lake)
-    except BaseException:
-        lake.close()
-        raise
-    return lake
+        read_only = f"{source.resolve().as_uri()}?mode=ro"
+        with closing(sqlite3.connect(read_only, uri=True)) as src, closing(sqlite3.connect(copy)) as dst:
+            src.backup(dst)
+            dst.execute("PRAGMA journal_mode=DELETE")  # one file, no -wal beside it
+    except sqlite3.Error as exc:
+        if not os.access(source.parent, os.W_OK):
+            raise LakeError(
+                f"the lake directory {source.parent} is read-only (the SQLite catalog needs to write even to be "
+                "read): make it writable, or copy the state directory somewhere writable and point --state-dir there"
+            ) from None
+        raise LakeError(
+            f"cannot read the lake catalog {source}: {exc}; check it with `viewmill lake verify`, or restore it "
+            "from a backup (README, 'Backing up, moving and checking a lake')"
+        ) from None
+    return f"sqlite:{copy}"
 
 
-def run_query(root: Path | str, query: str, catalog: str | None = None) -> pa.Table:
-    """Run a read-only ad hoc query over the lake; QueryRefused for anything that would write."""
-    check_read_only(query)
-    with open_query_lake(root, catalog) as lake:
-        return lake.arrow(query)
+def run_query(
+    root: Path | str,
+    query: str,
+    catalog: str | None = None,
+    limits: QueryLimits | None = None,
+    output: Path | None = None,
+) -> pa.Table:
+    """Run one read-only ad hoc query over the lake. QueryRefused for anything but a read (and
+    for an `output` path inside the lake), QueryLimitHit past the time or memory limit."""
+    limits = limits or QueryLimits()
+    with open_query_lake(root, catalog, limits) as lake:
+        if output is not None:
+            refuse_output_in_lake(output, Path(root), Catalog.parse(catalog, Path(root)), lake.data_path)
+        try:
+            return _fetch(lake, query, limits)
+        except QueryRefused as exc:
+            raise QueryRefused(_scrubbed(str(exc), lake)) from None
+        except duckdb.PermissionException as exc:
+            message = _scrubbed(str(exc), lake)
+            raise QueryRefused(f"viewmill sql reads only the lake's tables and its data folder: {message}") from None
+        except duckdb.Error as exc:
+            raise QueryRefused(f"query failed: {_scrubbed(str(exc), lake)}") from None
+
+
+def _fetch(lake: Lake, query: str, limits: QueryLimits) -> pa.Table:
+    """The checked query's result, under the time limit (DuckDB's interrupt, from a timer thread,
+    covering the checks' binding too) and the memory limit set on the connection."""
+    timer = threading.Timer(limits.timeout_s, lake.con.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        # One transaction: the checks and the query see the same catalog snapshot (a view a
+        # writer redefines in between cannot slip past the check).
+        lake.con.execute("BEGIN TRANSACTION")
+        return lake.con.execute(checked_query(lake.con, query)).to_arrow_table()
+    except duckdb.InterruptException:
+        raise QueryLimitHit(
+            f"the query ran past its {limits.timeout_s:g} s limit: narrow it (a WHERE, a LIMIT, fewer joins), "
+            "or raise --timeout"
+        ) from None
+    except duckdb.OutOfMemoryException:
+        raise QueryLimitHit(
+            f"the query needed more than its {limits.memory} memory limit (nothing spills to disk): narrow it "
+            "(a WHERE, a LIMIT, fewer columns), or raise --memory"
+        ) from None
+    finally:
+        timer.cancel()
+
+
+def _scrubbed(message: str, lake: Lake) -> str:
+    """`message` without any credential viewmill handed to DuckDB."""
+    secrets = [os.environ.get(name, "") for name in _CREDENTIAL_ENV]
+    if lake.catalog.password is not None:
+        secrets.append(lake.catalog.password.get_secret_value())
+    for secret in secrets:
+        if len(secret) >= 8:  # a shorter value (moto's "test") would mangle ordinary words and paths
+            message = message.replace(secret, "***")
+    return redact(message)
+
+
+def refuse_output_in_lake(path: Path, root: Path, catalog: Catalog, data_path: str) -> None:
+    """Refuse (OutputRefused) an output path inside the lake folder or its data folder, or one
+    that is the catalog file or its journal, however reached (symlinks resolved)."""
+    target = path.expanduser().resolve()
+    folders = [Path(root).resolve()] + ([] if data_path.startswith("s3://") else [Path(data_path).resolve()])
+    for folder in folders:
+        if target == folder or folder in target.parents:
+            raise OutputRefused(
+                f"refusing to write {path}: it is inside the lake ({folder}), where it could overwrite the "
+                "catalog or a data file; write it outside the state directory's lake"
+            )
+    if catalog.kind == "postgres":
+        return
+    known = Path(catalog.target).resolve()
+    same_file = target.exists() and known.exists() and os.path.samefile(target, known)
+    if same_file or (target.parent == known.parent and target.name.startswith(known.name)):
+        raise OutputRefused(
+            f"refusing to write {path}: it is the lake's catalog {catalog.target} (or its journal); "
+            "write it somewhere else"
+        )

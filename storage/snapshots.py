@@ -10,6 +10,7 @@ import pyarrow as pa
 import xxhash
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.storage.lake import Lake, LakeError
+from viewmill.storage.sandbox import refuse_output_in_lake
 from viewmill.storage.schema import CORPUS_VERSIONS, SNAPSHOTS
 
 
@@ -24,6 +25,7 @@ class Snapshot:
 
 # What training reads of a pair (and its languages): the content hash covers exactly these.
 HASHED_COLUMNS = ("pair_id", "sentence_id", "text_a", "text_b", "lang_a", "lang_b")
+PAIRING_READS = ("corpus_versions", "corpus_members", "views")  # tables whose files pairing reads
 HASH_BATCH = 65536  # rows per hashed block: part of the hash's definition, never change it
 
 
@@ -73,6 +75,8 @@ def create_pairs_snapshot(
     """
     if not lake.scalar("SELECT count(*) FROM corpus_versions WHERE corpus_version = ?", [corpus_version]):
         raise LakeError(f"corpus version {corpus_version[:12]} of '{corpus}' is not in the lake: ingest it first")
+    # What pairing reads must be what viewmill wrote: a changed file would be frozen into the snapshot.
+    lake.require_intact(PAIRING_READS, f"pair the views of corpus '{corpus}'")
     pairs = _candidate_pairs(lake, corpus_version, config_a, configs_b)
     if pairs.num_rows == 0:
         raise LakeError(
@@ -140,8 +144,10 @@ def export_snapshot(lake: Lake, snapshot: str, path: Path, fmt: str | None = Non
     """Write a snapshot's pairs to one Parquet or JSONL file (format from `fmt` or the suffix).
 
     DuckDB streams the rows to a temporary sibling that is renamed into place, so `path`
-    is never half-written. Returns the number of pairs.
+    is never half-written; a path inside the lake (or its catalog, however linked) is refused.
+    Returns the number of pairs.
     """
+    refuse_output_in_lake(path, lake.root, lake.catalog, lake.data_path)
     fmt = fmt or {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix)
     if fmt not in EXPORT_FORMATS:
         raise LakeError(f"cannot tell the export format of {path}: name it .parquet or .jsonl, or pass --format")
@@ -171,9 +177,11 @@ def snapshot_info(lake: Lake, snapshot: str) -> Snapshot:
     return Snapshot(row["snapshot"], row["n_pairs"], row["content_hash"], row["lake_version"], created=False)
 
 
-def read_pairs(lake: Lake, snapshot: str) -> pa.Table:
-    """The pairs of a named snapshot, in a stable order."""
+def read_pairs(lake: Lake, snapshot: str, purpose: str | None = None) -> pa.Table:
+    """The pairs of a named snapshot, in a stable order; refused when a pairs file changed since
+    viewmill wrote it (`purpose` says what the refusal stopped)."""
     _require_snapshot(lake, snapshot)
+    lake.require_intact(("pairs",), purpose or f"read pairs snapshot '{snapshot}'")
     return lake.arrow(
         "SELECT pair_id, sentence_id, text_a, text_b FROM pairs WHERE snapshot = ? ORDER BY pair_id", [snapshot]
     )

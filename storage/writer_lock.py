@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import filelock
@@ -27,21 +28,34 @@ class WriterLock:
         self._file = None
         self._pg = None  # one session per Lake, opened at the first write, not one per commit
 
-    def acquire(self) -> None:
+    def acquire(self, on_wait: Callable[[], None] | None = None) -> None:
+        """Take the lock, waiting for the writer that holds it; `on_wait` is called once first
+        when another holds it (to say what this process waits for)."""
         if self.catalog.kind == "postgres":
             if self._pg is None or self._pg.closed:
                 psycopg = require("psycopg", "a PostgreSQL catalog's writer lock")
                 password = self.catalog.password.get_secret_value() if self.catalog.password else None
                 extra = {"password": password} if password else {}
                 self._pg = psycopg.connect(self.catalog.target, autocommit=True, **extra)
-            self._pg.execute(f"SELECT pg_advisory_lock({self.KEY})")
+            got = self._pg.execute(f"SELECT pg_try_advisory_lock({self.KEY})").fetchone()
+            if not (got and got[0]):
+                if on_wait is not None:
+                    on_wait()
+                self._pg.execute(f"SELECT pg_advisory_lock({self.KEY})")
         else:
             if self._file is None:
                 self.root.mkdir(parents=True, exist_ok=True)
                 # One lock per Lake shared by its threads (as the Lake's own depth counter is);
                 # the file stays so no process ever locks a path another just unlinked.
                 self._file = filelock.FileLock(self.root / "writer.lock", thread_local=False, preserve_lock_file=True)
-            self._file.acquire()
+            if on_wait is None:
+                self._file.acquire()
+                return
+            try:
+                self._file.acquire(timeout=0)
+            except filelock.Timeout:
+                on_wait()
+                self._file.acquire()
 
     def release(self) -> None:
         if self._pg is not None and not self._pg.closed:

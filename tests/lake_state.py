@@ -27,3 +27,45 @@ def small_lake(root: Path, n: int = 3, catalog: str | None = None) -> Path:
     with Lake(root, catalog=catalog) as lake:
         lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
     return root
+
+
+def paired_lake(root: Path, n: int = 6, chunks: int = 3) -> str:
+    """A lake of `n` sentences with a kept view from augmenters A and B each, committed in
+    `chunks` commits (so views has several files: view texts are "view A of s0" ...), and one
+    pairs snapshot of them; returns the snapshot's name."""
+    from viewmill.storage.schema import VIEWS
+    from viewmill.storage.snapshots import record_corpus_version
+
+    ids = [f"s{i}" for i in range(n)]
+    with Lake(root) as lake:
+        for part in range(chunks):
+            mine = ids[part::chunks]
+            sentences = [{"corpus": "c", "sentence_id": s, "text": f"text {s}", "lang": "en"} for s in mine]
+            views = [
+                {"view_id": f"{aug}-{s}", "sentence_id": s, "augmenter": aug, "config_hash": f"h{aug}",
+                 "text": f"view {aug} of {s}", "lang": "en", "status": "kept"}
+                for s in mine for aug in ("A", "B")
+            ]  # fmt: skip
+            with lake.transaction():
+                lake.append("sentences", pa.Table.from_pylist(sentences, schema=SENTENCES))
+                lake.append("views", pa.Table.from_pylist(views, schema=VIEWS))
+        version = record_corpus_version(lake, "c", ids, run_id="seed")
+        return pair_views(lake, version).name
+
+
+def pair_views(lake: Lake, version: str):
+    """Pair augmenter A's views with B's for a corpus version of `paired_lake`."""
+    from viewmill.storage.snapshots import create_pairs_snapshot
+
+    return create_pairs_snapshot(
+        lake, recipe="r", corpus="c", corpus_version=version, config_a="hA", configs_b=["hB"], run_id="run"
+    )
+
+
+def change_in_place(path: Path | str, old: bytes, new: bytes) -> None:
+    """Replace every `old` in a file by `new` (same length): the file keeps its size and its
+    Parquet footer, as a few flipped bytes would."""
+    assert len(old) == len(new)
+    data = Path(path).read_bytes()
+    assert old in data, f"{old!r} is not in {path}"
+    Path(path).write_bytes(data.replace(old, new))

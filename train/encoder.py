@@ -39,6 +39,7 @@ def encoder_fingerprint(resolved: str) -> str:
 
 
 CNN_REF = "modeling_isbert.ReLUCNN"  # the Hugging Face convention: <file in the model dir>.<class>
+MODELING_FILE = "modeling_isbert.py"  # that file, carried in an IS-BERT export
 LEGACY_CNN_REFS = ("train.objectives.ReLUCNN", "viewmill.train.objectives.ReLUCNN")  # exports before CNN_REF
 
 

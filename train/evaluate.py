@@ -61,7 +61,7 @@ class StsTask(BaseModel):
     path: Path
     gold_path: Path | None = None
     lang_b: str | None = None
-    split: str = "test"
+    split: str | None = None  # stsb-xling only: which stsb-<lang>-<split>.csv (default test)
     track: str | None = None
     gold_alignment: Literal["strict", "first-lines"] = "strict"
 
@@ -74,6 +74,10 @@ class StsTask(BaseModel):
             )
         if self.format != "sts17" and (self.track is not None or self.gold_alignment != "strict"):
             raise ValueError("track and gold_alignment apply to format sts17 only")
+        if self.format != "stsb-xling" and self.split is not None:
+            raise ValueError("split applies to format stsb-xling only: the other formats name their files in path")
+        if self.format == "stsb-xling" and self.split is None:
+            self.split = "test"
         return self
 
 

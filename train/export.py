@@ -1,9 +1,12 @@
 """Exported models: the sentence-transformers directory with its model card and manifest,
-the lock that keeps two runs off one model, and the one model id evaluations record."""
+the lock that keeps two runs off one model, and the one model id evaluations record (a
+manifest's id only where the folder's files are those it recorded at export)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -14,19 +17,26 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from viewmill.storage.files import build_dir_atomically
 from viewmill.train import modeling_isbert
-from viewmill.train.embedded import EMBEDDED
-from viewmill.train.encoder import CNN_REF, EMBEDDED_PREFIX, encoder_fingerprint
+from viewmill.train.card import base_license, card_name, model_card
+from viewmill.train.encoder import CNN_REF, MODELING_FILE, encoder_fingerprint
+from viewmill.train.manifest import (
+    CARD,
+    HASHES,
+    MANIFEST,
+    ExportError,
+    ModelIdentityError,
+    check_files,
+    file_hashes,
+    is_disk_full,
+    read_manifest,
+)
 
-MANIFEST = "viewmill.json"
-MODELING_FILE = "modeling_isbert.py"
+__all__ = [
+    "MANIFEST", "ExportError", "ModelIdentityError", "base_license", "export", "model_id_of", "read_manifest",
+    "reusable_export", "write_card",
+]  # fmt: skip
+log = logging.getLogger(__name__)
 CRASH_ENV = "VIEWMILL_TEST_CRASH_AT"  # tests name a point; the process kills itself there
-OBJECTIVE_NAMES = {
-    "bsl": "BSL (bootstrapped sentence representation learning)",
-    "ntxent": "NT-Xent contrastive",
-    "infonce": "InfoNCE (in-batch negatives)",
-    "sgopt": "SG-OPT (self-guided contrastive)",
-    "isbert": "IS-BERT (mutual information with n-gram features)",
-}
 
 
 class ModelBusyError(RuntimeError):
@@ -50,6 +60,10 @@ def model_lock(target: Path, what: str = "model") -> Iterator[None]:
     try:
         yield
     finally:
+        # Removed while still held: filelock (4.x) sees that a contender's lock is on an unlinked
+        # file and retries, so no two runs can hold "the" lock; no `.lock` is left in models/.
+        with contextlib.suppress(OSError):
+            path.unlink()
         lock.release()
 
 
@@ -59,30 +73,67 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def read_manifest(model_dir: Path) -> dict:
-    return json.loads((model_dir / MANIFEST).read_text(encoding="utf-8"))
-
-
 def is_complete_model(path: Path) -> bool:
     return (path / MANIFEST).is_file()
 
 
 def model_id_of(resolved: str) -> str:
     """The id evaluations and the `models` table share: a viewmill model's own id (from its
-    manifest), otherwise the content hash of the directory (a hub id is its own)."""
-    manifest = Path(resolved) / MANIFEST
-    if manifest.is_file():
-        model_id = read_manifest(Path(resolved)).get("model_id")
-        if model_id:
-            return model_id
+    manifest) when the folder's files are those the manifest recorded at export, otherwise
+    the content hash of the directory (a hub id is its own).
+
+    A folder whose files differ (weights changed in place, a manifest copied beside other
+    weights) is refused rather than scored under another id: its name and manifest say it is
+    that model, so any number reported for it would be read as that model's. A manifest
+    older than the recorded hashes cannot vouch for anything: the folder is then a plain
+    model under its directory hash, and a warning says so.
+    """
+    folder = Path(resolved)
+    if not (folder / MANIFEST).is_file():
+        return encoder_fingerprint(resolved)
+    manifest = read_manifest(folder)
+    model_id = manifest.get("model_id")
+    fix = f"remove {folder / MANIFEST} to evaluate the folder as a plain model, or export the model again"
+    if check_files(folder, manifest, fix):
+        return model_id or encoder_fingerprint(resolved)
+    if model_id:
+        log.warning(
+            "%s was written before viewmill recorded its model's file hashes, so it cannot vouch for the weights "
+            "beside it: %s is evaluated as a plain model under its directory hash, not as the model %s (export "
+            "the model again to evaluate it under its own id)", folder / MANIFEST, folder, model_id,
+        )  # fmt: skip
     return encoder_fingerprint(resolved)
+
+
+def reusable_export(folder: Path, model_id: str) -> dict:
+    """The manifest of the export a run reuses (or publishes) as the model `model_id`, after
+    checking that it names that model and that its files are those it recorded at export.
+
+    An export older than the recorded hashes is reused with a warning: its id comes from the
+    run's own inputs (the folder is named after it), but its weights cannot be checked.
+    """
+    manifest = read_manifest(folder)
+    fix = f"move {folder} aside (or delete it) and run again to train the model again"
+    if manifest.get("model_id") != model_id:
+        raise ModelIdentityError(
+            f"{folder / MANIFEST} names the model {manifest.get('model_id')}, but {folder} is where the model "
+            f"{model_id} is exported: {fix}"
+        )
+    if not check_files(folder, manifest, fix):
+        log.warning(
+            "%s was exported before viewmill recorded its model's file hashes: its weights cannot be checked "
+            "against %s; reusing it as the model %s (%s)", folder, MANIFEST, model_id, fix,
+        )  # fmt: skip
+    return manifest
 
 
 def export(sentence_model, out_dir: Path, manifest: dict) -> None:
     """Save a sentence-transformers directory with its card and manifest, whole or not at all.
 
-    An IS-BERT model carries its CNN's code (`modeling_isbert.py`) so it loads with
-    `trust_remote_code=True` without viewmill.
+    The manifest records the sha256 of every file written (`files_sha256`), so the model id
+    it states holds only for these files. An IS-BERT model carries its CNN's code
+    (`modeling_isbert.py`) so it loads with `trust_remote_code=True` without viewmill. A full
+    disk ends in one ExportError naming the folder and the fix; the partial folder is removed.
     """
 
     def write(staging: Path) -> None:
@@ -90,10 +141,45 @@ def export(sentence_model, out_dir: Path, manifest: dict) -> None:
         if manifest["train_config"]["objective"] == "isbert":
             carry_modeling_file(staging)
         crash_point("export-partial")
-        model_card(out_dir.name, manifest).save(staging / "README.md")
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+        model_card(card_name(out_dir, manifest), manifest).save(staging / CARD)
+        normal_file_modes(staging)
+        recorded = {**manifest, HASHES: file_hashes(staging)}
+        (staging / MANIFEST).write_text(json.dumps(recorded, indent=2, default=str), encoding="utf-8")
 
-    build_dir_atomically(out_dir, write, replace=True)
+    try:
+        build_dir_atomically(out_dir, write, replace=True)
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        # safetensors says only "os error 28": name the folder, what is kept and the way out.
+        raise ExportError(
+            f"no space left on device while exporting the model to {out_dir}: the partial export was removed and "
+            f"nothing written before was changed; free space there (df -h {out_dir.parent}) or move the state "
+            "directory to a larger disk, then run again"
+        ) from exc
+
+
+def normal_file_modes(folder: Path) -> None:
+    """Every file readable as the umask allows: transformers writes its weights through a
+    private temporary file (mode 0600), which would hide them from other users of a shared model."""
+    probe = folder / ".mode-probe"
+    os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o666))  # the umask, without changing it
+    mode = probe.stat().st_mode & 0o777
+    probe.unlink()
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
+def write_card(model_dir: Path, tests: list[dict]) -> None:
+    """The card again, with the test results of the run that trained the model (replaced
+    whole; the card is not among the files the manifest's hashes vouch for)."""
+    partial = model_dir / f".{CARD}.partial-{os.getpid()}"
+    try:
+        model_card(model_dir.name, read_manifest(model_dir), tests).save(partial)
+        partial.replace(model_dir / CARD)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def carry_modeling_file(folder: Path) -> None:
@@ -105,94 +191,3 @@ def carry_modeling_file(folder: Path) -> None:
         if module["type"].endswith("modeling_isbert.ReLUCNN"):
             module["type"] = CNN_REF
     modules_path.write_text(json.dumps(modules, indent=2), encoding="utf-8")
-
-
-def hub_id(ref: str | None) -> str | None:
-    """The Hugging Face id of a base model reference, where it has one."""
-    if ref is None:
-        return None
-    if ref.startswith(EMBEDDED_PREFIX):
-        model = EMBEDDED.get(ref.removeprefix(EMBEDDED_PREFIX))
-        return model.hub_id if model else None
-    return ref
-
-
-def base_license(resolved_base: str | None) -> str:
-    """The base model's license from its own card; "other" when it states none."""
-    from huggingface_hub import ModelCard
-
-    card = Path(resolved_base) / "README.md" if resolved_base else None
-    if card is not None and card.is_file():
-        license_ = ModelCard.load(card).data.license
-        if license_:
-            return license_
-    return "other"
-
-
-def model_card(name: str, manifest: dict):
-    """The Hugging Face / sentence-transformers model card: YAML metadata (library,
-    pipeline, tags, base model, datasets, license, model-index of the dev results) and a
-    body that names the recipe, the pairs snapshot, the objective and the selected step."""
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
-
-    config, objective = manifest["train_config"], manifest["train_config"]["objective"]
-    dev = manifest.get("dev_task")
-    selected = dict(manifest.get("report", {}).get("dev_evals") or [])
-    score = selected.get(manifest["selected_step"])
-    results = None
-    if dev and score is not None:
-        results = [EvalResult(task_type="sentence-similarity", dataset_type=dev, dataset_name=dev,
-                              metric_type="spearman_cosine", metric_name="Spearman x100 (cosine)",
-                              metric_value=round(float(score), 4))]  # fmt: skip
-    data = ModelCardData(
-        library_name="sentence-transformers",
-        pipeline_tag="sentence-similarity",
-        tags=["sentence-transformers", "sentence-similarity", "feature-extraction", "viewmill", objective],
-        base_model=hub_id(manifest.get("base_model")),
-        datasets=[manifest["corpus"]] if manifest.get("corpus") else None,
-        license=manifest.get("license") or "other",
-        model_name=name,
-        eval_results=results,
-    )
-    body = card_body(name, manifest, config, objective, dev, score)
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
-
-
-def card_body(name: str, manifest: dict, config: dict, objective: str, dev: str | None, score) -> str:
-    selected, steps = manifest["selected_step"], manifest["report"]["steps"]
-    lines = [
-        f"# {name}",
-        "",
-        f"A sentence encoder trained by viewmill with {OBJECTIVE_NAMES[objective]} (objective `{objective}`) "
-        f"from `{manifest.get('base_model')}`.",
-        "",
-        f"- recipe: `{manifest.get('recipe')}`",
-        f"- pairs snapshot: `{manifest.get('snapshot')}`",
-        f"- objective: `{objective}`; {steps} steps run, batch size {config['batch_size']}",
-        f"- selected step: {selected}" + (f" (best {dev} score, {score:.2f})" if score is not None else ""),
-        f"- max_seq_length: {manifest['max_seq_length']} tokens, the length training truncated at; "
-        "longer inputs are truncated the same way",
-    ]
-    if selected == 0:
-        lines += ["", "**No improvement over the start.** No dev evaluation beat the starting model, so this "
-                  f"directory holds `{manifest.get('base_model')}` unchanged (selected_step: 0). "
-                  "It is not a trained result."]  # fmt: skip
-    remote = objective == "isbert"
-    lines += [
-        "",
-        "## Usage",
-        "",
-        "```python",
-        "from sentence_transformers import SentenceTransformer",
-        "",
-        f'model = SentenceTransformer("{name}"' + (", trust_remote_code=True)" if remote else ")"),
-        'embeddings = model.encode(["A man is playing a guitar.", "Someone plays the guitar."])',
-        "```",
-    ]
-    if remote:
-        lines += ["", f"The IS-BERT CNN is this directory's own code (`{MODELING_FILE}`, module `{CNN_REF}`): "
-                  "loading needs `trust_remote_code=True` and sentence-transformers, not viewmill."]  # fmt: skip
-    lines += ["", "## Evaluation", "", "Results of `viewmill eval` and of recipe runs are in the viewmill lake's "
-              "`evals` table (model id `" + str(manifest.get("model_id")) + "`) and its reports folder; evaluation "
-              "never rewrites this card."]  # fmt: skip
-    return "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ from viewmill.train.batches import PairTexts, batches, tokenize
 from viewmill.train.bsl import BSL
 from viewmill.train.checkpoints import Checkpoints, RunState
 from viewmill.train.config import TrainConfig
-from viewmill.train.export import export, model_lock
+from viewmill.train.export import ExportError, export, model_lock
 from viewmill.train.optimisation import make_optimizer, target_momentum, train_step
 from viewmill.train.selection import DevScore, evaluates_at, patience_spent, score_dev, select_weights
 
@@ -186,10 +186,19 @@ def _export(run: _Run, n_pairs: int, out_dir: Path, card: dict, seconds: float) 
     manifest = {**card, "train_config": config.model_dump(), "report": asdict(report), "selected_step": selected,
                 "improved_over_start": None if not config.eval_every else selected != 0,
                 "max_seq_length": config.max_length}  # fmt: skip
-    export(run.exported, out_dir, manifest)
+    try:
+        export(run.exported, out_dir, manifest)
+    except ExportError as exc:  # the checkpoints stay: say what running again costs
+        raise ExportError(f"{exc}: {_resume_note(run.checkpoints)}") from exc.__cause__
     run.checkpoints.clear()
     distributed.barrier()
     return report
+
+
+def _resume_note(checkpoints: Checkpoints) -> str:
+    if (checkpoints.folder / "state.pt").is_file():
+        return f"training resumes from its last checkpoint, kept in {checkpoints.folder}"
+    return "no checkpoint was kept (train.checkpoint_every), so training starts over"
 
 
 def training_code_fingerprint() -> str:

@@ -101,3 +101,53 @@ def test_links_are_not_collected_unless_asked(tmp_path):
         limit=None, run_id="r",
     )  # fmt: skip
     assert result.nli_pairs.num_rows == 0
+
+
+# -- issue 21, item 8: invisible characters and scripts --------------------------------------
+def test_invisible_characters_and_nfd_give_one_sentence_not_several(tmp_path):
+    f = tmp_path / "a.txt"
+    lines = [
+        "A man plays a guitar in the caf\u00e9.",
+        "A man plays a gui\u200btar in the caf\u00e9.",  # zero-width space
+        "A man plays a\u200d guitar in the caf\u00e9.",  # zero-width joiner
+        "\ufeffA man plays a guitar in the cafe\u0301.",  # BOM inside the file, NFD
+        "Two dogs run\u2060 through a field.",  # word joiner
+    ]
+    f.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    table, stats = _ingest([f])
+    assert table["text"].to_pylist() == ["A man plays a guitar in the caf\u00e9.", "Two dogs run through a field."]
+    assert (stats.lines, stats.kept, stats.duplicates) == (5, 2, 3)
+
+
+HEBREW = "שלום עולם, מה שלומך?"
+QUOTING = "The word שלום means peace."  # English quoting one Hebrew word
+
+
+def test_a_sentence_mostly_in_a_script_the_language_does_not_use_is_rejected_and_kept(tmp_path):
+    f = tmp_path / "mixed.txt"
+    f.write_text(f"A man plays a guitar.\n{HEBREW}\n{QUOTING}\n", encoding="utf-8")
+    result = _ingest_result([f], lang="en")
+    assert result.sentences["text"].to_pylist() == ["A man plays a guitar.", QUOTING]
+    assert result.stats.rejected == {"wrong_script": 1}
+    assert [(r["row"], r["reason"], r["text"]) for r in result.rejected.to_pylist()] == [(2, "wrong_script", HEBREW)]
+    hebrew = _ingest_result([f], lang="he")
+    assert hebrew.sentences["text"].to_pylist() == [HEBREW] and hebrew.stats.rejected == {"wrong_script": 2}
+    unknown = _ingest_result([f], lang="xx")
+    assert unknown.sentences.num_rows == 3 and unknown.stats.rejected == {}, "a language not in the table: no check"
+
+
+def _ingest_result(files, **overrides):
+    options = dict(corpus="c", fmt="text", detokenize=False, min_words=2, max_words=10, limit=None, run_id="r")
+    return ingest(files, **{**options, **overrides})
+
+
+def test_a_corpus_all_in_another_script_says_to_set_its_language(tmp_path):
+    f = tmp_path / "he.txt"
+    f.write_text(f"{HEBREW}\n", encoding="utf-8")
+    with pytest.raises(CorpusError) as err:
+        _ingest_result([f], lang="en")
+    assert str(err.value) == (
+        "corpus 'c' is empty after reading 1 file(s) (1 lines, 0 blank, 0 shorter than 2 words, 0 longer than 10, "
+        "0 malformed, 1 rejected as unusable text {'wrong_script': 1}): set corpus.lang to the language the corpus "
+        "is written in; point corpus.files at non-empty files or relax corpus.min_words/max_words"
+    )

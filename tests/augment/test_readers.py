@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -111,3 +112,71 @@ def test_text_with_a_bad_byte_is_skipped_and_counted(tmp_path):
     assert result.sentences["text"].to_pylist() == ["first good line", "third good line"]
     hint = "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8"
     assert result.stats.malformed_examples == [f"{path}:2: not valid UTF-8 (byte 0xe9 at column 4); {hint}"]
+
+
+# -- issue 21, item 10: sources that are not files, UTF-16 ------------------------------------
+def test_devices_pipes_and_folders_are_named_as_what_they_are(tmp_path):
+    import os
+
+    folder, fifo = tmp_path / "corpus", tmp_path / "corpus.fifo"
+    folder.mkdir()
+    os.mkfifo(fifo)
+    expected = {
+        folder: f"corpus file {folder} is a folder, not a file: list the files inside it in corpus.files",
+        fifo: f"corpus file {fifo} is a named pipe (FIFO), not a file: a run reads its corpus more than once "
+        "(the checks, then ingest), so write the pipe's content to a regular file and point corpus.files at it",
+        Path("/dev/zero"): "corpus file /dev/zero is a character device (like /dev/zero or a terminal), not a file: "
+        "reading it never ends or waits for input; point corpus.files at a regular file",
+    }
+    for path, message in expected.items():
+        for fmt in ("text", "book", "csv", "parquet"):
+            with pytest.raises(CorpusError) as err:
+                _ingest([path], fmt, options=ReadOptions(text_column="text"))
+            assert str(err.value) == message, fmt
+    with pytest.raises(CorpusError, match=r"corpus file not found: .*nope.txt"):
+        _ingest([tmp_path / "nope.txt"], "text")
+
+
+def test_every_source_is_checked_before_any_is_read(tmp_path):
+    first = tmp_path / "first.txt"
+    first.write_bytes("A man plays a guitar.\n".encode("utf-16"))  # reading it would fail on its encoding
+    with pytest.raises(CorpusError, match="^corpus file /dev/zero is a character device"):
+        _ingest([first, Path("/dev/zero")], "text")
+
+
+def test_utf16_is_recognised_by_its_mark_or_its_nul_bytes():
+    from viewmill.augment.readers import utf16_encoding
+
+    text = "A man plays a guitar.\nTwo dogs run.\n"
+    assert utf16_encoding(text.encode("utf-16-le")) == ("UTF-16LE", "every other byte is NUL")
+    assert utf16_encoding(text.encode("utf-16-be")) == ("UTF-16BE", "every other byte is NUL")
+    assert utf16_encoding(b"\xff\xfe" + text.encode("utf-16-le")) == (
+        "UTF-16LE", "it starts with the UTF-16 byte-order mark FF FE",
+    )  # fmt: skip
+    assert utf16_encoding(b"\xfe\xff" + "Привет".encode("utf-16-be"))[0] == "UTF-16BE"
+    mark = "it starts with the UTF-32 byte-order mark FF FE 00 00"
+    assert utf16_encoding(text.encode("utf-32")) == ("UTF-32LE", mark)
+    assert utf16_encoding(text.encode("utf-8")) is None
+    assert utf16_encoding(b"a NUL\x00 byte in one line of UTF-8 text\n") is None, "a bad line, not UTF-16"
+    assert utf16_encoding("Привет мир".encode()) is None
+
+
+def test_a_utf16_file_is_refused_with_the_conversion_that_fixes_it(tmp_path):
+    import shutil
+    import subprocess
+
+    path = tmp_path / "corpus.txt"
+    path.write_bytes("A man plays a guitar.\nTwo dogs run in a field.\n".encode("utf-16"))  # with its mark
+    converted = tmp_path / "corpus.utf8.txt"
+    for fmt in ("text", "csv"):
+        with pytest.raises(CorpusError) as err:
+            _ingest([path], fmt, options=ReadOptions(text_column="text"))
+        assert str(err.value) == (
+            f"{path} is UTF-16LE text (it starts with the UTF-16 byte-order mark FF FE), not UTF-8: convert it with "
+            f"iconv -f UTF-16 -t UTF-8 {path} > {converted} and point corpus.files at {converted}"
+        )
+    if shutil.which("iconv") is None:
+        pytest.skip("no iconv here to run the hint")
+    subprocess.run(f"iconv -f UTF-16 -t UTF-8 {path} > {converted}", shell=True, check=True)
+    texts = _ingest([converted], "text").sentences["text"].to_pylist()
+    assert texts == ["A man plays a guitar.", "Two dogs run in a field."], "the hint's command fixes the file"

@@ -109,3 +109,25 @@ def test_an_apertium_batch_over_its_time_limit_is_stopped():
     assert [len(hypotheses) for hypotheses in out] == [1, 1] and all(h[0] for h in out), (
         "the default limit lets it through"
     )
+
+
+SCRIPTS = {  # case: (text, corpus lang, reason)
+    "Hebrew in en": ("שלום עולם, מה שלומך?", "en", "wrong_script"),
+    "Hebrew in he": ("שלום עולם, מה שלומך?", "he", None),
+    "Russian in en": ("Привет мир, как дела?", "en", "wrong_script"),
+    "Russian in ru": ("Привет мир, как дела?", "ru", None),
+    "English in ar": ("A man plays a guitar.", "ar", "wrong_script"),
+    "English quoting Hebrew": ("The word שלום means peace here.", "en", None),
+    "Chinese with a brand name": ("我喜欢iPhone手机", "zh", None),  # a Han character is a word, not a letter
+    "Japanese": ("東京は日本の首都です。", "ja", None),
+    "region tag": ("Ünïcödé façade, naïve café.", "pt-BR", None),  # pt-BR uses pt's scripts
+    "English in el": ("Numbers 12345 and 678.", "el", "wrong_script"),
+    "no letters": ("12345 678 90", "el", None),
+    "unknown language": ("שלום עולם", "xx", None),
+    "no language": ("שלום עולם", None, None),
+}
+
+
+@pytest.mark.parametrize(("text", "lang", "reason"), SCRIPTS.values(), ids=SCRIPTS.keys())
+def test_a_sentence_mostly_in_another_script_than_its_languages_is_rejected(text, lang, reason):
+    assert rejection(text, lang) == reason

@@ -204,7 +204,7 @@ def test_a_full_disk_says_so_and_where_and_the_lake_keeps_its_last_commit(tmp_pa
     corpus.write_text("A man plays a guitar.\nTwo dogs run in a field.\n", encoding="utf-8")
     recipe = _recipe(tmp_path, f"{{files: [{corpus}]}}")
     filler = tiny_disk / "filler"
-    with filler.open("wb") as out:  # take every free byte
+    with filler.open("wb", buffering=0) as out:  # take every free byte (unbuffered: close() has nothing left to flush)
         try:
             while True:
                 out.write(b"\0" * 65536)
@@ -243,4 +243,105 @@ def test_a_read_only_state_directory_is_named_with_the_fix(tmp_path, tiny_disk):
         "make it writable, or copy the state directory somewhere writable and point --state-dir there"
     )
     assert run.exit_code == 1 and f"error: failed: {message}" in " ".join(run.output.split())
+    assert lake_state(state / "lake") == before
+
+
+# -- issue 21, item 10: one message naming the input and the fix ----------------------------
+def _unblock_later(fifo, after_s: float = 30.0) -> None:
+    """Open the pipe's writing end after a while, so a reader stuck on it fails instead of hanging."""
+    import contextlib
+    import os
+    import threading
+
+    def unblock() -> None:
+        with contextlib.suppress(OSError):  # no reader: nothing is stuck
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    timer = threading.Timer(after_s, unblock)
+    timer.daemon = True
+    timer.start()
+
+
+NOT_FILES = {
+    "character device": "a character device (like /dev/zero or a terminal), not a file: reading it never ends or "
+    "waits for input; point corpus.files at a regular file",
+    "named pipe": "a named pipe (FIFO), not a file: a run reads its corpus more than once (the checks, then "
+    "ingest), so write the pipe's content to a regular file and point corpus.files at it",
+    "folder": "a folder, not a file: list the files inside it in corpus.files",
+}
+
+
+@pytest.mark.parametrize("kind", NOT_FILES)
+def test_a_device_a_pipe_or_a_folder_as_corpus_is_named_as_what_it_is(tmp_path, state, kind):
+    import os
+    from pathlib import Path
+
+    source = {"character device": Path("/dev/zero"), "named pipe": tmp_path / "corpus.fifo"}.get(kind, tmp_path / "c")
+    if kind == "named pipe":
+        os.mkfifo(source)
+        _unblock_later(source)  # were it opened, the read would wait for a writer for ever
+    elif kind == "folder":
+        source.mkdir()
+    what = NOT_FILES[kind]
+    result, out = _run(state, _recipe(tmp_path, f"{{files: [{source}]}}"))
+    assert result.exit_code == 2
+    assert f"error: corpus file {source} is {what}" in out
+    assert "not found" not in out
+
+
+@pytest.mark.parametrize("mark", [True, False], ids=["with a byte-order mark", "without"])
+def test_a_utf16_corpus_is_named_with_the_iconv_line_that_converts_it(tmp_path, state, mark):
+    corpus = tmp_path / "corpus.txt"
+    text = "A man plays a guitar.\nTwo dogs run in a field.\n"
+    corpus.write_bytes(text.encode("utf-16") if mark else text.encode("utf-16-le"))
+    result, out = _run(state, _recipe(tmp_path, f"{{files: [{corpus}]}}"))
+    converted = tmp_path / "corpus.utf8.txt"
+    evidence = "it starts with the UTF-16 byte-order mark FF FE" if mark else "every other byte is NUL"
+    source = "UTF-16" if mark else "UTF-16LE"  # iconv reads the mark itself; without one it needs the order
+    assert result.exit_code == 2
+    assert (
+        f"error: {corpus} is UTF-16LE text ({evidence}), not UTF-8: convert it with iconv -f {source} -t UTF-8 "
+        f"{corpus} > {converted} and point corpus.files at {converted}"
+    ) in out
+    assert "latin1" not in out
+
+
+def test_a_recipe_name_too_long_for_a_file_name_is_refused_before_anything_runs(tmp_path, state):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A man plays a guitar.\n", encoding="utf-8")
+    recipe = _recipe(tmp_path, f"{{files: [{corpus}]}}")
+    recipe.write_text(recipe.read_text(encoding="utf-8").replace("name: bad", "name: " + "n" * 300), encoding="utf-8")
+    result, out = _run(state, recipe)
+    assert result.exit_code == 2
+    assert (
+        f"error: recipe {recipe} is not valid: - name: Value error, the name is 300 characters long, more than 100: "
+        "viewmill names files after it (models/<name>-<model id>, reports/sweep-<name>-<run>.md) and a file name "
+        "may have at most 255 bytes; shorten the name"
+    ) in out
+
+
+def test_a_read_only_prefect_home_is_named_with_the_fix(tmp_path, state, monkeypatch):
+    import subprocess
+
+    home = state / "prefect"
+    home.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(home)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {mounted.stderr.decode().strip()}")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)  # no configured server: the state's own one
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A man plays a guitar.\nTwo dogs run in a field.\n", encoding="utf-8")
+    before = lake_state(state / "lake")
+    recipe = _recipe(tmp_path, f"{{files: [{corpus}]}}")
+    try:  # with Prefect (no --no-prefect): the state's temporary server would live in the home
+        result = runner.invoke(app, ["run", str(recipe), "--state-dir", str(state)])
+    finally:
+        subprocess.run(["umount", str(home)], check=True)
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in out
+    assert (
+        f"error: the Prefect home {home} cannot be written (Read-only file system): the temporary Prefect server "
+        "keeps its database, lock and record there; make it writable, or point --state-dir at a writable state "
+        "directory, or set PREFECT_API_URL to a running server, or pass --no-prefect to run without Prefect"
+    ) in out
     assert lake_state(state / "lake") == before

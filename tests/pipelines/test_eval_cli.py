@@ -1,5 +1,8 @@
 """`viewmill eval`: several models and their baselines on a suite, side by side."""
 
+import json
+import logging
+import shutil
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -8,8 +11,11 @@ from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
+from viewmill.train.config import TrainConfig
+from viewmill.train.encoder import encoder_fingerprint
+from viewmill.train.loop import train_model
 
-from tests.conftest import SENTENCES, needs_apertium, write_sts_fixture
+from tests.conftest import SENTENCES, build_tiny_sentence_model, needs_apertium, write_sts_fixture
 
 runner = CliRunner()
 
@@ -131,3 +137,114 @@ def test_eval_never_writes_into_the_model_and_joins_its_lineage(tmp_path, tiny_r
             "SELECT DISTINCT m.model_id, m.path FROM evals e JOIN models m ON m.model_id = e.model"
         ).to_pylist()
     assert joined == [{"model_id": summary["train"]["model_id"], "path": str(model)}]
+
+
+# -- a model's identity is checked against its files (issue 21.6) -----------------------------
+EVALS = "SELECT model, task, subset, value, run_id FROM evals ORDER BY model, task, subset"
+
+
+def _exported(tmp_path: Path, tiny_model: Path) -> Path:
+    """A viewmill export (two BSL steps from the tiny model) whose manifest names model-a."""
+    out = tmp_path / "model-a"
+    card = {"recipe": "t", "snapshot": "t@1", "base_model": str(tiny_model), "model_id": "model-a", "path": str(out)}
+    config = TrainConfig(steps=2, batch_size=8, head_warmup_steps=1, predictor_k=2, encoder_lr=1e-2)
+    train_model([(s, s.lower()) for s in SENTENCES], str(tiny_model), config, out, card=card)
+    return out
+
+
+def _eval(tmp_path: Path, model: Path):
+    suite = tmp_path / "sts-suite.yaml"
+    suite = suite if suite.is_file() else _sts_suite(tmp_path)
+    args = ["eval", str(model), "--suite", str(suite), "--state-dir", str(tmp_path / "state"),
+            "--out", str(tmp_path / "reports"), "--no-baselines"]  # fmt: skip
+    return runner.invoke(app, args)
+
+
+def _evals(tmp_path: Path) -> list[dict]:
+    with Lake(tmp_path / "state" / "lake", read_only=True) as lake:
+        return lake.arrow(EVALS).to_pylist()
+
+
+def _refusal(model: Path, file: str) -> str:
+    return (
+        f"error: {model / file} does not match the sha256 its viewmill.json recorded at export: this is not the "
+        f"model model-a; remove {model / 'viewmill.json'} to evaluate the folder as a plain model, or export the "
+        "model again"
+    )
+
+
+def test_a_manifest_copied_beside_other_weights_is_refused_and_never_reports_its_scores(tmp_path, tiny_model):
+    model = _exported(tmp_path, tiny_model)
+    assert _eval(tmp_path, model).exit_code == 0
+    first = _evals(tmp_path)
+    assert {r["model"] for r in first} == {"model-a"}
+    # Other weights of the same architecture and vocabulary, with model-a's metadata copied beside them.
+    other = build_tiny_sentence_model(tmp_path / "other", [*SENTENCES, "a the is are un el la una in on"], seed=1)
+    shutil.copyfile(model / "viewmill.json", other / "viewmill.json")
+    refused = _eval(tmp_path, other)
+    out = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "Traceback" not in out, out
+    assert f"error: {other}/" in out and "does not match the sha256 its viewmill.json recorded at export" in out
+    assert "this is not the model model-a" in out and f"remove {other / 'viewmill.json'} to evaluate" in out
+    assert "| model |" not in out, "no table: model-a's stored scores are not reported for these weights"
+    assert _evals(tmp_path) == first
+    # The fix the message gives: without the manifest the folder is a plain model, scored under its own hash.
+    (other / "viewmill.json").unlink()
+    plain = _eval(tmp_path, other)
+    assert plain.exit_code == 0, plain.output
+    rows = _evals(tmp_path)
+    assert {r["model"] for r in rows} == {"model-a", encoder_fingerprint(str(other))}
+    assert [r for r in rows if r["model"] == "model-a"] == first
+    theirs = {(r["task"], r["subset"]): r["value"] for r in rows if r["model"] != "model-a"}
+    assert theirs != {(r["task"], r["subset"]): r["value"] for r in first}, "scored, not copied from model-a"
+
+
+def test_weights_changed_in_place_are_refused_and_the_stored_scores_kept(tmp_path, tiny_model):
+    from safetensors.torch import load_file, save_file
+
+    model = _exported(tmp_path, tiny_model)
+    assert _eval(tmp_path, model).exit_code == 0
+    first = _evals(tmp_path)
+    exported = (model / "model.safetensors").read_bytes()
+    weights = load_file(model / "model.safetensors")
+    save_file({k: v + 0.01 for k, v in weights.items()}, model / "model.safetensors")  # fine-tuned further, say
+    refused = _eval(tmp_path, model)
+    assert refused.exit_code == 2 and _refusal(model, "model.safetensors") in " ".join(refused.output.split())
+    assert _evals(tmp_path) == first, "nothing stored, nothing replaced"
+    (model / "model.safetensors").write_bytes(exported)  # the exported weights back: model-a, scores reused
+    again = _eval(tmp_path, model)
+    assert again.exit_code == 0 and _evals(tmp_path) == first
+
+
+def test_a_manifest_without_file_hashes_is_not_trusted_and_says_so(tmp_path, tiny_model, caplog):
+    model = _exported(tmp_path, tiny_model)
+    assert _eval(tmp_path, model).exit_code == 0
+    first = _evals(tmp_path)
+    manifest = json.loads((model / "viewmill.json").read_text())
+    del manifest["files_sha256"]  # as viewmill wrote it before issue 21
+    (model / "viewmill.json").write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING):
+        result = _eval(tmp_path, model)
+    assert result.exit_code == 0, result.output
+    warning = (
+        f"{model / 'viewmill.json'} was written before viewmill recorded its model's file hashes, so it cannot "
+        f"vouch for the weights beside it: {model} is evaluated as a plain model under its directory hash, not as "
+        "the model model-a (export the model again to evaluate it under its own id)"
+    )
+    assert warning in caplog.messages
+    rows = _evals(tmp_path)
+    plain = encoder_fingerprint(str(model))
+    assert {r["model"] for r in rows} == {"model-a", plain} and [r for r in rows if r["model"] == "model-a"] == first
+    assert {r["run_id"] for r in rows if r["model"] == plain}.isdisjoint({r["run_id"] for r in first})
+
+
+def test_a_module_weights_file_is_checked_too(tmp_path, tiny_model):
+    """A weights file the export did not write (a module added beside the model) breaks the identity."""
+    model = _exported(tmp_path, tiny_model)
+    shutil.copyfile(model / "model.safetensors", model / "1_Pooling" / "model.safetensors")
+    refused = _eval(tmp_path, model)
+    expected = (
+        f"error: {model / '1_Pooling' / 'model.safetensors'} is a weights file that viewmill.json did not record "
+        "at export: this is not the model model-a"
+    )
+    assert refused.exit_code == 2 and expected in " ".join(refused.output.split())

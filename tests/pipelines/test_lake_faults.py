@@ -7,6 +7,7 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli import app
@@ -16,6 +17,7 @@ from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 
 from tests.conftest import needs_apertium
+from tests.lake_state import change_in_place
 
 pytestmark = needs_apertium
 runner = CliRunner()
@@ -92,10 +94,11 @@ def test_views_deleted_behind_the_shard_cache_are_made_again_by_the_flow(tmp_pat
     before = _lake_state(lake_root)
     with Lake(lake_root) as lake:
         gone = lake.arrow("SELECT sentence_id FROM views WHERE augmenter = 'bt_ca' ORDER BY sentence_id LIMIT 5")
-        lake.con.execute(
-            "DELETE FROM views WHERE augmenter = 'bt_ca' AND sentence_id IN (SELECT unnest(?))",
-            [gone["sentence_id"].to_pylist()],
-        )
+        with lake.transaction():  # viewmill's write path, so the delete file's hash is recorded
+            lake.con.execute(
+                "DELETE FROM views WHERE augmenter = 'bt_ca' AND sentence_id IN (SELECT unnest(?))",
+                [gone["sentence_id"].to_pylist()],
+            )
         assert lake.scalar("SELECT count(*) FROM views") == before["counts"]["views"] - 5
     second = augment_flow(str(tiny_recipe), str(state_dir))
     assert second["augment"]["bt_ca"]["new_views"] == 5 and second["augment"]["bt_es"]["new_views"] == 0
@@ -122,8 +125,9 @@ def test_compact_leaves_raw_parquet_counts_equal_to_the_catalog(ran):
         assert raw(table) == before["counts"][table], table
     for table in ("views", "pairs"):
         files = f"{state.lake}/data/main/{table}/**/*.parquet"
-        assert pl.scan_parquet(files, hive_partitioning=False).select(pl.len()).collect().item() == (
-            before["counts"][table]
+        assert (
+            pl.scan_parquet(files, hive_partitioning=False).select(pl.len()).collect().item()
+            == (before["counts"][table])
         )
 
 
@@ -152,3 +156,52 @@ def test_verify_reports_a_lost_file_and_repair_then_a_rerun_restore_the_lake(ran
     assert rerun["augment"]["bt_ca"]["new_views"] == lost_rows and rerun["augment"]["bt_es"]["new_views"] == 0
     assert rerun["snapshot"]["name"] == summary["snapshot"]["name"] and not rerun["snapshot"]["created"]
     assert _lake_state(state.lake) == before
+
+
+def _change_a_text(lake_root: Path, table: str, column: str) -> str:
+    """Change one stored text inside a current data file of `table` in place (same length, so
+    the file keeps its size and footer); returns the file."""
+    with Lake(lake_root, read_only=True) as lake:
+        files = lake.arrow(f"SELECT data_file FROM ducklake_list_files('lake', '{table}')")["data_file"].to_pylist()
+    for path in sorted(files):
+        data = Path(path).read_bytes()
+        for text in pq.read_table(path, columns=[column])[column].to_pylist():
+            old = text.encode("utf-8")
+            if len(old) >= 12 and data.count(old) >= 1 and old.upper() != old:
+                change_in_place(path, old, old.upper())
+                return path
+    raise AssertionError(f"no stored {table}.{column} text found verbatim in its files")
+
+
+def test_a_rerun_refuses_to_pair_views_changed_in_place_and_repair_then_a_rerun_restore_them(ran, tiny_recipe):
+    state, summary = ran
+    before = _lake_state(state.lake)
+    changed = _change_a_text(state.lake, "views", "text")
+    refused = runner.invoke(app, ["run", str(tiny_recipe), "--state-dir", str(state.root), "--no-prefect"])
+    assert refused.exit_code == 1, refused.output
+    message = " ".join(refused.output.split())
+    assert "cannot pair the views of corpus '" in message and "Traceback" not in refused.output
+    assert f"the views data file {changed} changed since viewmill wrote it" in message
+    assert "run `viewmill lake verify` to list the damage and `viewmill lake repair`" in message
+    assert _lake_state(state.lake) == before, "no snapshot frozen from the changed texts"
+
+    repaired = runner.invoke(app, ["lake", "repair", "--state-dir", str(state.root)])
+    assert repaired.exit_code == 0 and f"lost file: {changed}" in repaired.output, repaired.output
+    rerun = run_recipe(RunContext(load_recipe(tiny_recipe, ["execution.chunk_sentences=6"]), state))
+    assert rerun["snapshot"]["name"] == summary["snapshot"]["name"] and not rerun["snapshot"]["created"]
+    assert _lake_state(state.lake) == before, "the lost views are remade from the translation cache"
+
+
+def test_training_refuses_a_snapshot_whose_pairs_file_changed_in_place(ran, tiny_recipe):
+    state, summary = ran
+    name, before = summary["snapshot"]["name"], _lake_state(state.lake)
+    changed = _change_a_text(state.lake, "pairs", "text_a")
+    expected = f"cannot train on pairs snapshot '{name}': the pairs data file {changed} changed since viewmill wrote it"
+    command = ["train", str(tiny_recipe), "--snapshot", name, "--set", "train.steps=5"]
+    early = runner.invoke(app, [*command, "--state-dir", str(state.root), "--no-prefect"])
+    assert early.exit_code == 2 and expected in " ".join(early.output.split()), early.output
+    run = runner.invoke(app, ["run", str(tiny_recipe), "--set", "train.steps=5", "--state-dir", str(state.root),
+                              "--no-prefect"])  # fmt: skip
+    assert run.exit_code == 1 and expected in " ".join(run.output.split()), run.output
+    assert "Traceback" not in early.output + run.output
+    assert _lake_state(state.lake) == before, "no model trained on the changed pairs"

@@ -25,7 +25,9 @@ def test_full_run_fills_every_table_and_a_rerun_reuses_everything(tmp_path, tiny
     assert not first["train"]["reused"]
     assert [e["model"] for e in first["evals"]] == ["untrained", "trained"]
     card = (Path(first["train"]["path"]) / "README.md").read_text()
-    assert "`evals` table" in card and "sts-fixture" not in card, "evaluation results go to the lake, not the card"
+    trained = next(e for e in first["evals"] if e["model"] == "trained")
+    row = f"| sts-fixture | own files (no hub id) |  | spearman_cosine_x100 | {trained['value']:.2f} |"
+    assert "`evals` table" in card and row in card, "the run's scores are in the lake and in its model's card"
 
     with Lake(state.lake, read_only=True) as lake:
         counts = {t: lake.scalar(f"SELECT count(*) FROM {t}") for t in ("sentences", "views", "pairs", "models")}

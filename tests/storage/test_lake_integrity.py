@@ -8,9 +8,10 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pytest
-from viewmill.storage.integrity import repair_lake, verify_lake
+from viewmill.storage.integrity import verify_lake
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.maintenance import compact_lake, init_lake
+from viewmill.storage.repair import repair_lake
 from viewmill.storage.schema import EVALS, SENTENCES, VIEWS
 from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, record_corpus_version
 
@@ -98,7 +99,7 @@ def test_a_lost_catalog_is_refused_naming_both_paths_and_init_moves_the_data_asi
 
     moved = init_lake(seeded)
     assert moved is not None and moved.name.startswith("data.orphaned-")
-    assert sorted(str(p.relative_to(moved)) for p in moved.rglob("*.parquet")) == [f[len("data/"):] for f in files]
+    assert sorted(str(p.relative_to(moved)) for p in moved.rglob("*.parquet")) == [f[len("data/") :] for f in files]
     with Lake(seeded, read_only=True) as lake:
         assert _counts(lake) == dict.fromkeys(TABLES, 0)
     with pytest.raises(LakeError, match="already a lake"):
@@ -129,7 +130,8 @@ def test_the_content_hash_covers_the_texts_training_reads(seeded):
         version = lake.scalar("SELECT corpus_version FROM corpus_versions")
         first = _snapshot(lake, version)
         assert not first.created
-        lake.con.execute("UPDATE views SET text = 'a different text' WHERE view_id = 'B-s0'")
+        with lake.transaction():  # viewmill's write path: the new files' hashes are recorded
+            lake.con.execute("UPDATE views SET text = 'a different text' WHERE view_id = 'B-s0'")
         second = _snapshot(lake, version)
         assert second.created and second.name != first.name and second.content_hash != first.content_hash
         pairs = read_pairs(lake, second.name).to_pydict()
@@ -162,7 +164,7 @@ def test_verify_finds_missing_resized_orphaned_files_and_changed_snapshots(seede
     shutil.copy(views[1], Path(views[1]).with_name("ducklake-stray.parquet"))
     with open(views[2], "ab") as handle:
         handle.write(b"junk")
-    with Lake(seeded) as lake:
+    with Lake(seeded) as lake, lake.transaction():  # tampered through the catalog, hashes recorded
         lake.con.execute("UPDATE pairs SET text_a = 'tampered' WHERE sentence_id = 's1'")
     with Lake(seeded, read_only=True) as lake:
         report = verify_lake(lake)

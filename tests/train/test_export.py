@@ -4,6 +4,7 @@ models exported before the modeling file, and the model card."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from viewmill.train.assembly import prepare
 from viewmill.train.batches import tokenize
 from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import load_sentence_model
-from viewmill.train.export import MANIFEST, export
+from viewmill.train.export import MANIFEST, ModelIdentityError, export, model_id_of
 from viewmill.train.loop import train_model
 from viewmill.train.optimisation import make_optimizer, train_step
 
@@ -112,6 +113,24 @@ def _isbert_export(tmp_path: Path, tiny_model: Path) -> Path:
     return out
 
 
+def test_the_manifest_records_the_sha256_of_every_file_the_export_wrote(tmp_path, tiny_model):
+    """Every module's weights (the CNN's too), configs, tokenizer and carried code; a changed
+    CNN weights file means the folder is no longer the model its manifest names."""
+    out = _isbert_export(tmp_path, tiny_model)
+    recorded = json.loads((out / MANIFEST).read_text())["files_sha256"]
+    written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert set(recorded) == written - {MANIFEST, "README.md"}
+    assert all(digest == hashlib.sha256((out / name).read_bytes()).hexdigest() for name, digest in recorded.items())
+    weights = sorted(name for name in recorded if name.endswith((".safetensors", ".bin", ".pt")))
+    assert "model.safetensors" in weights and len(weights) == 2, weights  # the transformer's and the CNN's
+    assert "modeling_isbert.py" in recorded
+    assert model_id_of(str(out)) == "m"
+    cnn = out / next(name for name in weights if name != "model.safetensors")
+    cnn.write_bytes(cnn.read_bytes()[:-4] + b"\0\0\0\1")
+    with pytest.raises(ModelIdentityError, match=f"^{cnn} does not match the sha256 its viewmill.json recorded"):
+        model_id_of(str(out))
+
+
 NO_VIEWMILL = """
 import importlib.util, json, sys
 # Drop viewmill's editable-install finders and the repository from the import system.
@@ -193,14 +212,24 @@ def _dev(scores: list[float]):
 
 
 CARD = {"recipe": "tiny", "snapshot": "tiny@1", "base_model": "embedded:all-MiniLM-L6-v2", "model_id": "abc",
-        "corpus": "tiny-corpus", "license": "apache-2.0", "dev_task": "stsb-dev"}  # fmt: skip
+        "corpus": "tiny-corpus", "license": "apache-2.0", "dev_task": "stsb-dev",
+        "corpus_datasets": ["stanfordnlp/snli"]}  # fmt: skip
+
+
+def _with_dev(**settings) -> TrainConfig:
+    """A recipe's train section with STS-B dev (the file is not read: the tests score dev themselves)."""
+    from viewmill.pipelines.recipe import TrainSpec
+    from viewmill.train.evaluate import StsTask
+
+    dev = StsTask(name="stsb-dev", format="stsb", path=Path("data/stsbenchmark/sts-dev.csv"))
+    return TrainSpec(steps=4, batch_size=8, head_warmup_steps=1, predictor_k=2, encoder_lr=1e-2, eval_every=2,
+                     dev=dev, **settings)  # fmt: skip
 
 
 def test_card_is_the_hub_format_with_the_dev_result(tmp_path, tiny_model):
     from huggingface_hub import ModelCard
 
-    config = TrainConfig(steps=4, batch_size=8, head_warmup_steps=1, predictor_k=2, encoder_lr=1e-2, eval_every=2,
-                         max_length=MAX_LENGTH)  # fmt: skip
+    config = _with_dev(max_length=MAX_LENGTH)
     pairs = [(s, s.lower()) for s in SENTENCES]
     out = tmp_path / "bsl"
     report = train_model(pairs, str(tiny_model), config, out, card=CARD, dev=_dev([10.0, 20.0, 30.0]))
@@ -210,23 +239,24 @@ def test_card_is_the_hub_format_with_the_dev_result(tmp_path, tiny_model):
     assert data.library_name == "sentence-transformers" and data.pipeline_tag == "sentence-similarity"
     assert data.tags == ["sentence-transformers", "sentence-similarity", "feature-extraction", "viewmill", "bsl"]
     assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
-    assert data.datasets == ["tiny-corpus"] and data.license == "apache-2.0"
+    assert data.datasets == ["stanfordnlp/snli"] and data.license == "apache-2.0"
     (result,) = data.eval_results
     assert (result.dataset_name, result.metric_type, result.metric_value) == ("stsb-dev", "spearman_cosine", 30.0)
+    assert (result.dataset_type, result.dataset_split) == ("mteb/stsbenchmark-sts", "validation")
     assert "pairs snapshot: `tiny@1`" in card.text and "recipe: `tiny`" in card.text and "objective `bsl`" in card.text
     assert f"max_seq_length: {MAX_LENGTH} tokens" in card.text and "No improvement" not in card.text
     manifest = json.loads((out / MANIFEST).read_text())
     assert manifest["selected_step"] == 4 and manifest["improved_over_start"] is True
+    assert manifest["train_config"]["dev"]["split"] is None, "a stsb file has no split setting (only stsb-xling)"
 
 
 def test_a_run_that_never_beat_the_start_says_so(tmp_path, tiny_model):
     from huggingface_hub import ModelCard
     from sentence_transformers import SentenceTransformer
 
-    config = TrainConfig(steps=4, batch_size=8, head_warmup_steps=1, predictor_k=2, encoder_lr=1e-2, eval_every=2)
     pairs = [(s, s.lower()) for s in SENTENCES]
     out = tmp_path / "bsl"
-    report = train_model(pairs, str(tiny_model), config, out, card=CARD, dev=_dev([50.0, 40.0, 30.0]))
+    report = train_model(pairs, str(tiny_model), _with_dev(), out, card=CARD, dev=_dev([50.0, 40.0, 30.0]))
     assert (report.best_step, report.selected_step) == (0, 0)
     manifest = json.loads((out / MANIFEST).read_text())
     assert manifest["selected_step"] == 0 and manifest["improved_over_start"] is False

@@ -4,7 +4,9 @@ runs never train one model at once."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +21,14 @@ from viewmill.pipelines.state import StatePaths
 from viewmill.pipelines.train_stage import train_stage
 from viewmill.storage.lake import Lake
 from viewmill.train.config import TrainConfig
-from viewmill.train.export import CRASH_ENV, ModelBusyError, is_complete_model, model_lock, read_manifest
+from viewmill.train.export import (
+    CRASH_ENV,
+    ModelBusyError,
+    ModelIdentityError,
+    is_complete_model,
+    model_lock,
+    read_manifest,
+)
 from viewmill.train.loop import train_model
 
 from tests.conftest import SENTENCES, needs_apertium
@@ -105,3 +114,77 @@ def test_train_model_refuses_checkpoints_another_run_holds(tmp_path, tiny_model)
     assert not out.exists()
     train_model(pairs, str(tiny_model), config, out, card={})
     assert is_complete_model(out)
+
+
+def _tamper(model: Path, how: str) -> str:
+    """Change a published model the way `how` says; the message its reuse is refused with."""
+    from safetensors.torch import load_file, save_file
+
+    manifest = read_manifest(model)
+    fix = f"move {model} aside (or delete it) and run again to train the model again"
+    if how == "weights":
+        weights = load_file(model / "model.safetensors")
+        save_file({k: v * 2 for k, v in weights.items()}, model / "model.safetensors")
+        return (
+            f"{model / 'model.safetensors'} does not match the sha256 its viewmill.json recorded at export: this is "
+            f"not the model {manifest['model_id']}; {fix}"
+        )
+    (model / "viewmill.json").write_text(json.dumps({**manifest, "model_id": "another-model"}))
+    where = f"{model} is where the model {manifest['model_id']} is exported"
+    return f"{model / 'viewmill.json'} names the model another-model, but {where}: {fix}"
+
+
+@needs_apertium
+@pytest.mark.parametrize("how", ["weights", "manifest"])
+def test_a_published_model_that_is_not_its_export_is_never_reused(snapshot_state, how):
+    recipe, state, snap = snapshot_state
+    ctx = RunContext(load_recipe(recipe), state)
+    first = train_stage(ctx, snap["name"], snap["content_hash"])
+    path = Path(first.path)
+    assert set(read_manifest(path)["files_sha256"]) >= {"model.safetensors", "config.json", "modules.json"}
+    message = _tamper(path, how)
+    with pytest.raises(ModelIdentityError) as refused:
+        train_stage(ctx, snap["name"], snap["content_hash"])
+    assert str(refused.value) == message
+    args = ["train", str(recipe), "--snapshot", snap["name"], "--no-prefect", "--state-dir", str(state.root)]
+    result = CliRunner().invoke(app, args)
+    out = " ".join(result.output.split())
+    assert result.exit_code == 1 and f"error: failed: {message}" in out and "Traceback" not in out
+    kept = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    aside = path.with_name("aside")
+    path.rename(aside)  # the fix the message gives
+    again = train_stage(ctx, snap["name"], snap["content_hash"])
+    assert again.reused is False and again.model_id == first.model_id and is_complete_model(path)
+    assert {p.relative_to(aside): p.read_bytes() for p in aside.rglob("*") if p.is_file()} == kept, "untouched"
+    assert _models(state) == [{"model_id": first.model_id, "path": str(path)}]
+
+
+@needs_apertium
+def test_an_export_older_than_file_hashes_is_reused_with_a_warning(snapshot_state, caplog):
+    recipe, state, snap = snapshot_state
+    ctx = RunContext(load_recipe(recipe), state)
+    path = Path(train_stage(ctx, snap["name"], snap["content_hash"]).path)
+    manifest = read_manifest(path)
+    del manifest["files_sha256"]
+    (path / "viewmill.json").write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING):
+        assert train_stage(ctx, snap["name"], snap["content_hash"]).reused is True
+    assert (
+        f"{path} was exported before viewmill recorded its model's file hashes: its weights cannot be checked "
+        f"against viewmill.json; reusing it as the model {manifest['model_id']} (move {path} aside (or delete it) "
+        "and run again to train the model again)"
+    ) in caplog.messages
+
+
+@needs_apertium
+def test_a_staged_export_whose_weights_changed_is_not_published(snapshot_state):
+    """A run killed after export leaves `<model>.staged`; changed files there are refused too."""
+    recipe, state, snap = snapshot_state
+    killed = _train(recipe, state, snap, crash="exported")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    (staged,) = [p for p in state.models.iterdir() if p.name.endswith(".staged")]
+    shutil.copyfile(staged / "config.json", staged / "config.json.bak")
+    (staged / "config.json").write_text((staged / "config.json.bak").read_text().replace('"gelu"', '"relu"'))
+    again = _train(recipe, state, snap)
+    assert again.returncode == 1 and f"{staged / 'config.json'} does not match the sha256" in again.stderr
+    assert _models(state) == [] and staged.is_dir(), "nothing recorded or renamed; the staged export is kept"

@@ -1,0 +1,166 @@
+"""The data and delete files a DuckLake catalog lists, where they are (a local path or an
+s3:// URL) and how to read their bytes, sizes and footers in either place."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+META = "__ducklake_metadata_lake"  # the catalog database DuckLake attaches beside the lake
+BLOCK = 1 << 20  # bytes read at a time when a local file is hashed
+
+
+@dataclass(frozen=True)
+class CatalogFile:
+    table: str
+    kind: str  # data | delete
+    location: str  # absolute local path or s3:// URL
+    rel: str  # relative to the lake's data path (what the hash record names)
+    rows: int
+    size: int
+    current: bool  # in the lake's current state (else only in older snapshots)
+    data_file_id: int  # a delete file's is that of the data file it deletes from
+    begin_snapshot: int
+    file_id: int  # the file's own id: DuckLake numbers data and delete files from one counter
+
+    @property
+    def path(self) -> Path:
+        return Path(self.location)
+
+
+def is_remote(location: str) -> bool:
+    return location.startswith("s3://")
+
+
+def join(base: str, part: str) -> str:
+    return base.rstrip("/") + "/" + part.lstrip("/")
+
+
+def relative_to_data(data_path: str, location: str) -> str:
+    """`location` relative to the data path; a location outside it stays as it is."""
+    prefix = data_path.rstrip("/") + "/"
+    return location[len(prefix) :] if location.startswith(prefix) else location
+
+
+def catalog_files(
+    con: duckdb.DuckDBPyConnection, data_path: str, *, from_id: int | None = None, tables: tuple[str, ...] = ()
+) -> list[CatalogFile]:
+    """Every data and delete file the catalog lists (any snapshot), with its recorded size and
+    rows; `from_id`: only files numbered from it on (see `next_file_id`); `tables`: only theirs."""
+    filters = ["f.file_id >= ?"] if from_id is not None else []
+    params: list = [from_id] if from_id is not None else []
+    if tables:
+        filters.append("list_contains(?, t.table_name)")
+        params.append(list(tables))
+    where = f"WHERE {' AND '.join(filters)}" if filters else ""
+    rows = con.execute(
+        f"""
+        WITH t AS (SELECT * FROM {META}.ducklake_table
+                   QUALIFY row_number() OVER (PARTITION BY table_id ORDER BY begin_snapshot DESC) = 1),
+             s AS (SELECT * FROM {META}.ducklake_schema
+                   QUALIFY row_number() OVER (PARTITION BY schema_id ORDER BY begin_snapshot DESC) = 1),
+             f AS (SELECT table_id, 'data' AS kind, path, path_is_relative, record_count AS n, file_size_bytes,
+                          begin_snapshot, end_snapshot, data_file_id, data_file_id AS file_id
+                   FROM {META}.ducklake_data_file
+                   UNION ALL
+                   SELECT table_id, 'delete', path, path_is_relative, delete_count, file_size_bytes,
+                          begin_snapshot, end_snapshot, data_file_id, delete_file_id FROM {META}.ducklake_delete_file)
+        SELECT t.table_name, f.kind, f.path, f.path_is_relative, t.path, t.path_is_relative, s.path,
+               s.path_is_relative, f.n, f.file_size_bytes, f.end_snapshot IS NULL AND t.end_snapshot IS NULL,
+               f.data_file_id, f.begin_snapshot, f.file_id
+        FROM f JOIN t USING (table_id) JOIN s ON s.schema_id = t.schema_id
+        {where}
+        ORDER BY 1, 2, 3
+        """,
+        params,
+    ).fetchall()
+    out = []
+    for table, kind, path, rel, tpath, trel, spath, srel, n, size, current, data_id, begin, file_id in rows:
+        location = path
+        if rel:
+            schema_dir = join(data_path, spath) if srel else spath
+            location = join(join(schema_dir, tpath) if trel else tpath, path)
+        out.append(
+            CatalogFile(
+                table, kind, location, relative_to_data(data_path, location), int(n or 0), int(size or 0),
+                bool(current), int(data_id), int(begin), int(file_id),
+            )
+        )  # fmt: skip
+    return out
+
+
+def next_file_id(con: duckdb.DuckDBPyConnection) -> int:
+    """The id the next file written will get. Files are numbered in the order commits add them;
+    a merged file keeps its sources' first snapshot, so ids, not snapshots, tell what is new."""
+    row = con.execute(f"SELECT next_file_id FROM {META}.ducklake_snapshot ORDER BY snapshot_id DESC LIMIT 1").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def file_size(con: duckdb.DuckDBPyConnection, location: str) -> int | None:
+    """The file's size in bytes, or None when it is not there."""
+    if not is_remote(location):
+        path = Path(location)
+        return path.stat().st_size if path.is_file() else None
+    # read_blob reads no content when only the size is asked for; a missing object is no row.
+    row = con.execute("SELECT size FROM read_blob(?)", [location]).fetchone()
+    return int(row[0]) if row else None
+
+
+def footer_rows(con: duckdb.DuckDBPyConnection, location: str) -> int:
+    """The row count a Parquet footer records (raises when the footer cannot be read)."""
+    if not is_remote(location):
+        return pq.read_metadata(location).num_rows
+    row = con.execute("SELECT num_rows FROM parquet_file_metadata(?)", [location]).fetchone()
+    return int(row[0]) if row else 0
+
+
+FOOTER_ERRORS = (OSError, pa.ArrowException, duckdb.Error)
+
+
+def content_sha256(con: duckdb.DuckDBPyConnection, location: str) -> str | None:
+    """The sha256 of the whole file, read in 1 MiB blocks (locally) or by DuckDB (s3://, where
+    the object is fetched once); None when the file is not there."""
+    if is_remote(location):
+        row = con.execute("SELECT sha256(content) FROM read_blob(?)", [location]).fetchone()
+        return str(row[0]) if row else None
+    digest = hashlib.sha256()
+    try:
+        with open(location, "rb") as handle:
+            while block := handle.read(BLOCK):
+                digest.update(block)
+    except FileNotFoundError:
+        return None
+    return digest.hexdigest()
+
+
+def stray_files(con: duckdb.DuckDBPyConnection, data_path: str) -> list[str]:
+    """Parquet files under a local data folder (as relative paths); none for s3://, where
+    listing and moving objects aside is left to the store's own tools."""
+    if is_remote(data_path) or not Path(data_path).is_dir():
+        return []
+    return sorted(relative_to_data(data_path, str(p)) for p in Path(data_path).rglob("*.parquet"))
+
+
+def scheduled_for_deletion(con: duckdb.DuckDBPyConnection, data_path: str) -> set[str]:
+    rows = con.execute(f"SELECT path, path_is_relative FROM {META}.ducklake_files_scheduled_for_deletion").fetchall()
+    return {path if rel else relative_to_data(data_path, path) for path, rel in rows}
+
+
+# DuckLake's default target_file_size (viewmill never changes it): only smaller files are merged.
+MERGE_TARGET = 512 * 1024 * 1024
+
+
+def merge_candidates(files: list[CatalogFile]) -> list[CatalogFile]:
+    """The current files `ducklake_merge_adjacent_files` may read: data files under the target
+    size in tables that have two or more of them, and their delete files."""
+    small: dict[str, list[CatalogFile]] = {}
+    for entry in files:
+        if entry.current and entry.kind == "data" and entry.size < MERGE_TARGET:
+            small.setdefault(entry.table, []).append(entry)
+    chosen = {(e.table, e.data_file_id) for group in small.values() if len(group) > 1 for e in group}
+    return [e for e in files if e.current and (e.table, e.data_file_id) in chosen]
