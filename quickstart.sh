@@ -59,5 +59,8 @@ case "$command" in
     .venv/bin/ruff check .
     # One pytest-xdist worker per core (at most 4), a test file per worker: the suite waits
     # on servers and subprocesses a good part of the time.
+    # The environment's commands first on PATH, as in an activated venv (the DuckDB shell
+    # from duckdb-cli that `viewmill lake attach --open` starts, among them).
+    export PATH="$PWD/.venv/bin:$PATH"
     exec .venv/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile "$@" ;;
 esac

@@ -110,6 +110,9 @@ def _validate_spec(value: Any, handler: Any) -> AugmenterConfig:
         return value
     try:
         adapter = _spec_adapter()
+        method = _method(value)
+        if isinstance(method, str) and method not in AUGMENTERS:  # named with a "did you mean"
+            raise RegistryError(AUGMENTERS.unknown(method))
     except RegistryError as exc:
         raise ValueError(str(exc)) from None
     return adapter.validate_python(value)

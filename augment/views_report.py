@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,15 @@ from viewmill.storage.lake import Lake, LakeError
 
 Key = tuple[str, str]  # (augmenter, config hash prefix)
 Encode = Callable[[list[str]], np.ndarray]  # texts -> one embedding per row
+Advance = Callable[[int, int], None]  # (done, total)
+# (description, total) -> a block yielding `advance`: the CLI's progress bars, or none.
+ProgressFactory = Callable[[str, int | None], AbstractContextManager[Advance]]
+BLEU_STEP = 500  # sentences between self-BLEU progress reports
+
+
+@contextmanager
+def no_progress(description: str, total: int | None = None) -> Iterator[Advance]:
+    yield lambda done, total: None
 
 # Views of the snapshot's corpus version (every sentence it paired from), or of the whole lake;
 # sentences may list one text under several corpora, hence DISTINCT (one row per view).
@@ -129,17 +139,23 @@ def _examples(lake: Lake, snapshot: str | None, per_augmenter: int) -> dict[tupl
     return out
 
 
-def self_bleu(views_by_sentence: dict[str, dict[Key, str]]) -> dict[Key, list[float]]:
+def self_bleu(
+    views_by_sentence: dict[str, dict[Key, str]], on_progress: Advance | None = None
+) -> dict[Key, list[float]]:
     """For every sentence with two or more views: each view's sentence BLEU against the other
-    views as references (higher: the views repeat each other). Keyed by the view's augmenter."""
+    views as references (higher: the views repeat each other). Keyed by the view's augmenter.
+    `on_progress(done, total)` counts those sentences."""
     bleu = BLEU(effective_order=True)
     scores: dict[Key, list[float]] = {}
-    for views in views_by_sentence.values():
-        if len(views) < 2:
-            continue
+    shared = [views for views in views_by_sentence.values() if len(views) >= 2]
+    if on_progress is not None:
+        on_progress(0, len(shared))
+    for done, views in enumerate(shared, start=1):
         for name, text in views.items():
             others = [t for n, t in views.items() if n != name]
             scores.setdefault(name, []).append(bleu.sentence_score(text, others).score)
+        if on_progress is not None and (done % BLEU_STEP == 0 or done == len(shared)):
+            on_progress(done, len(shared))
     return scores
 
 
@@ -158,9 +174,11 @@ def build_report(
     encoder_name: str | None = None,
     cosine_sample: int = 1000,
     examples: int = 3,
+    progress: ProgressFactory = no_progress,
 ) -> ViewsReport:
     """The report over the snapshot's corpus (or every view in the lake). Cosine is computed
-    for up to `cosine_sample` kept views per augmenter when `encode` is given."""
+    for up to `cosine_sample` kept views per augmenter when `encode` is given. `progress` shows
+    the slow parts (cosine, self-BLEU) as they go."""
     if snapshot and lake.scalar("SELECT count(*) FROM snapshots WHERE snapshot = ?", [snapshot]) == 0:
         known = [r[0] for r in lake.con.execute("SELECT snapshot FROM snapshots ORDER BY created_at").fetchall()]
         raise LakeError(f"no pairs snapshot named '{snapshot}' (known: {', '.join(known) or 'none'})")
@@ -174,24 +192,40 @@ def build_report(
     for key, sample in _examples(lake, snapshot, examples).items():
         reports[key].examples = sample
 
-    kept = _kept_views(lake, snapshot)
+    groups = list(_kept_views(lake, snapshot).group_by(["augmenter", "config"], maintain_order=True))
     by_sentence: dict[str, dict[Key, str]] = {}
-    for (augmenter, config), group in kept.group_by(["augmenter", "config"], maintain_order=True):
+    for (augmenter, config), group in groups:
         report = reports[(augmenter, config)]
         report.chrf = group["chrf"].to_list()
         report.length_ratio = group["length_ratio"].to_list()
         if group["method"][0] != "identity":  # the source itself: chrF already says how close
             for sid, text in zip(group["sentence_id"], group["text"], strict=True):
                 by_sentence.setdefault(sid, {})[(augmenter, config)] = text
-        if encode is not None:
-            head = group.head(cosine_sample)
-            report.cosine = _cosines(encode, head["source"].to_list(), head["text"].to_list())
-            report.cosine_n = len(report.cosine)
-            report.cosine_mean = round(float(np.mean(report.cosine)), 4)
-    for key, scores in self_bleu(by_sentence).items():
+    if encode is not None:
+        _add_cosines(reports, groups, encode, cosine_sample, progress)
+    with progress("views report: self-BLEU (sentences)", None) as advance:
+        scored = self_bleu(by_sentence, on_progress=advance)
+    for key, scores in scored.items():
         report = reports[key]
         report.self_bleu, report.self_bleu_n = round(float(np.mean(scores)), 2), len(scores)
     return ViewsReport(snapshot, list(reports.values()), encoder_name if encode is not None else None)
+
+
+def _add_cosines(reports: dict[Key, AugmenterReport], groups: list, encode: Encode, sample: int,
+                 progress: ProgressFactory) -> None:  # fmt: skip
+    """Cosine to the source of up to `sample` kept views per augmenter (the encoder loads on
+    its first batch, inside the progress block)."""
+    total = sum(min(sample, len(group)) for _, group in groups)
+    with progress("views report: cosine to source (views)", total) as advance:
+        done = 0
+        for key, group in groups:
+            head = group.head(sample)
+            report = reports[key]
+            report.cosine = _cosines(encode, head["source"].to_list(), head["text"].to_list())
+            report.cosine_n = len(report.cosine)
+            report.cosine_mean = round(float(np.mean(report.cosine)), 4)
+            done += len(head)
+            advance(done, total)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

@@ -1,5 +1,5 @@
 """The lake at scale: write N synthetic views streamed through `Lake.append`, run the
-README's aggregates, and do the same work the naive way (pandas holds every row, writes
+aggregates of docs/lake.md, and do the same work the naive way (pandas holds every row, writes
 one Parquet file, reads it all back to aggregate), side by side in one run.
 
 Views look like viewmill's: four augmenters, kept/rejected with reasons, quality and

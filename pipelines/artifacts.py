@@ -1,47 +1,136 @@
-"""What a run shows in Prefect's UI: counts per augmenter and status, a sample of round
-trips, the evaluation table; and the event that says a new pairs snapshot exists."""
+"""What a run shows in Prefect: one log line per stage result, the run's own views per
+augmenter and status, a sample of its round trips, the training and evaluation tables; and
+the event that says a new pairs snapshot exists. Plain functions: no Prefect import here."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from viewmill.augment.views import AugmentReport
+from viewmill.pipelines.augment_stage import AugmentPlan
+from viewmill.pipelines.eval_stage import EvalRow
+from viewmill.pipelines.ingest_stage import IngestReport
+from viewmill.pipelines.preflight import PreflightResult
+from viewmill.pipelines.train_stage import TrainResult
 from viewmill.storage.lake import Lake
+from viewmill.storage.snapshots import Snapshot
 
 SNAPSHOT_EVENT = "viewmill.snapshot.created"
 
+# The run's views: those of its augmenters' configurations on the corpus version it read;
+# `views` counts them all (new and reused), `written_by_run` only what this run wrote.
+_RUN_VIEWS = """
+    FROM views v JOIN corpus_members m ON m.sentence_id = v.sentence_id AND m.corpus_version = ?
+    WHERE list_contains(?, v.augmenter) AND list_contains(?, v.augmenter || '/' || v.config_hash)
+"""
 
-def view_counts(lake: Lake, corpus: str) -> list[dict[str, Any]]:
+
+def _run_view_params(corpus_version: str, configs: dict[str, str]) -> list[Any]:
+    return [corpus_version, sorted(configs), sorted(f"{name}/{digest}" for name, digest in configs.items())]
+
+
+def run_view_counts(lake: Lake, run_id: str, corpus_version: str, configs: dict[str, str]) -> list[dict[str, Any]]:
+    """Views per augmenter, status and reason of one run: `configs` maps its augmenters to
+    their configuration hashes. Views other recipes or configurations made are not counted."""
     return lake.arrow(
-        """
-        SELECT v.augmenter, v.status, coalesce(v.reject_reason, '') AS reason, count(*) AS views
-        FROM views v JOIN sentences s ON s.sentence_id = v.sentence_id AND s.corpus = ?
+        f"""
+        SELECT v.augmenter, v.status, coalesce(v.reject_reason, '') AS reason, count(*) AS views,
+               count(*) FILTER (WHERE v.run_id = ?) AS written_by_run
+        {_RUN_VIEWS}
         GROUP BY ALL ORDER BY ALL
         """,
-        [corpus],
+        [run_id, *_run_view_params(corpus_version, configs)],
     ).to_pylist()
 
 
-def round_trip_sample(lake: Lake, corpus: str, n: int = 10) -> str:
-    """A Markdown table of n sources with their views (a fixed, repeatable sample)."""
+def round_trip_sample(lake: Lake, corpus_version: str, configs: dict[str, str], n: int = 10) -> str:
+    """A Markdown table of the run's views of n sources (a fixed, repeatable sample)."""
     rows = lake.arrow(
-        """
+        f"""
+        WITH run_views AS (SELECT v.* {_RUN_VIEWS}),
+             chosen AS (SELECT DISTINCT sentence_id FROM run_views ORDER BY sentence_id LIMIT ?)
         SELECT s.text AS source, v.path, v.text AS view, v.status, round(v.quality.chrf_to_source, 1) AS chrf
-        FROM views v JOIN sentences s ON s.sentence_id = v.sentence_id AND s.corpus = ?
-        WHERE v.sentence_id IN (SELECT sentence_id FROM sentences WHERE corpus = ? ORDER BY sentence_id LIMIT ?)
-        ORDER BY v.sentence_id, v.path
+        FROM run_views v JOIN chosen USING (sentence_id)
+        JOIN (SELECT DISTINCT sentence_id, text FROM sentences) s USING (sentence_id)
+        ORDER BY v.sentence_id, v.path, v.augmenter
         """,
-        [corpus, corpus, n],
+        [*_run_view_params(corpus_version, configs), n],
     ).to_pylist()
     lines = ["| source | path | view | status | chrF |", "|---|---|---|---|---|"]
     for r in rows:
         cells = [r["source"], r["path"], r["view"], r["status"], "" if r["chrf"] is None else f"{r['chrf']}"]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
 
 
 def eval_table(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"model": e["model"], "task": e["task"], "spearman_x100": round(e["value"], 2), "pairs": e["n"]}
             for e in evals]  # fmt: skip
+
+
+def training_markdown(train: dict[str, Any], snapshot: dict[str, Any] | None) -> str:
+    """The training stage of a run (TrainResult.as_dict): which model, where, from which
+    pairs, trained or reused, the exported step and the losses and dev scores when it trained."""
+    rows = [
+        ("model", train["model_id"]),
+        ("path", train["path"]),
+        ("trained", "reused (same pairs, config, base model and code)" if train["reused"] else "in this run"),
+        ("pairs snapshot", "" if snapshot is None else f"{snapshot['name']} ({snapshot['n_pairs']} pairs)"),
+        ("selected step", _selected(train.get("selected_step"))),
+    ]
+    if not train["reused"]:
+        rows += [("steps", train["steps"]), ("pairs read", train["pairs"]),
+                 ("loss", f"{train['first_loss']:.4f} -> {train['last_loss']:.4f}"),
+                 ("seconds", f"{train['seconds']:.1f}")]  # fmt: skip
+    lines = ["| | |", "|---|---|", *(f"| {name} | {_cell(value)} |" for name, value in rows)]
+    dev = train.get("dev_evals") or []
+    if dev:
+        lines += ["", "| step | dev spearman x100 |", "|---|---|", *(f"| {s} | {v:.2f} |" for s, v in dev)]
+    return "\n".join(lines) + "\n"
+
+
+def _selected(step: int | None) -> str:
+    if step is None:
+        return "the last step (no dev set)"
+    return "0 (the starting model scored best on dev)" if step == 0 else str(step)
+
+
+def describe_stage(result: Any) -> str | None:
+    """One line that says what a stage did, for the run's log (None for results it does not know)."""
+    if isinstance(result, PreflightResult):
+        return f"preflight: {result.sentences} sentences to ingest; encoder {result.encoder or '(no training)'}"
+    if isinstance(result, IngestReport):
+        s = result.stats
+        return (
+            f"ingest: corpus {result.corpus} version {result.corpus_version[:12]}: {result.sentences} sentences "
+            f"({result.new_sentences} new); dropped: duplicates {s.duplicates}, too short {s.too_short}, "
+            f"too long {s.too_long}, malformed {s.malformed}; {result.new_nli_pairs} new NLI pairs"
+        )
+    if isinstance(result, AugmentPlan):
+        configs = ", ".join(f"{name} {digest[:12]}" for name, digest in result.configs.items())
+        return f"augment plan: {len(result.shards)} shard(s) per augmenter; configurations {configs}"
+    if isinstance(result, AugmentReport):
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(result.reasons.items())) or "none"
+        return (
+            f"augment {result.augmenter}: {result.new_views} views written, {result.reused_views} reused; "
+            f"{result.kept} kept, {result.rejected} rejected ({reasons}); translation cache "
+            f"{result.cache.hits} hits, {result.cache.misses} misses; {result.shards} shard(s)"
+        )
+    if isinstance(result, Snapshot):
+        how = "created" if result.created else "reused (an identical snapshot existed)"
+        return f"pairs snapshot {result.name}: {result.n_pairs} pairs, {how}; lake version {result.lake_version}"
+    if isinstance(result, TrainResult):
+        how = "reused" if result.reused else f"trained {result.report.steps} steps" if result.report else "trained"
+        step = _selected(result.selected_step)
+        return f"train: model {result.model_id[:12]} at {result.path} ({how}); selected step {step}"
+    if isinstance(result, list) and result and all(isinstance(row, EvalRow) for row in result):
+        scores = [f"{r.model} {r.task} {r.value:.2f} (n={r.n}{', reused' if r.reused else ''})" for r in result]
+        return f"evaluate: {'; '.join(scores)}"
+    return None
 
 
 def snapshot_event(recipe: str, snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from viewmill.augment.views import AugmentReport, Shard, ShardReport, config_has
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.progress import progress_bar
 from viewmill.storage.ids import fingerprint
+from viewmill.storage.maintenance import tidy_after_run
 from viewmill.storage.settings import Settings
 
 
@@ -150,9 +151,10 @@ def run_shards_here(jobs: list[ShardJob]) -> list[ShardReport]:
 
 
 def augment_finish(ctx: RunContext, augmenter: str, shard_reports: list[ShardReport]) -> AugmentReport:
-    """An augmenter's totals over its shards; compaction when they wrote anything."""
+    """An augmenter's totals over its shards; when they wrote anything, the lake's small files are
+    merged and the superseded ones deleted, so raw Parquet reads count each row once."""
     wrote = any(r.new_views for r in shard_reports)
     with ctx.lake(read_only=not wrote) as lake:
-        if wrote:
-            lake.compact()  # chunked commits leave many small files
+        if wrote:  # chunked commits leave many small files; merged, the superseded ones are deleted
+            tidy_after_run(lake)
         return summarise(lake, ctx.recipe.corpus_name, shard_reports)

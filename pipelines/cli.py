@@ -1,77 +1,161 @@
 """The `viewmill` command line: the app, how a command ends (one message, an exit status),
-and the small commands; `run_cli` holds the commands that run recipes, `lake_cli`, `data`,
-`prefect_cli` and `views_cli` the other sub-commands."""
+which module holds each command, and the small commands (`eval`, `plugins`).
+
+Each command's module is imported only when that command runs, or when help lists it, so
+`viewmill --version` and `viewmill sql` start without torch, Prefect or the recipe schema
+(benchmarks/cli_startup.py measures it). `run_cli` holds the commands that run recipes,
+`sql_cli`, `lake_app` (+ `lake_cli`), `data`, `prefect_cli`, `views_cli` and `models_cli` the others.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import re
 import sys
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from viewmill.pipelines import lake_cli
+import typer.main
 from viewmill.pipelines.cli_common import (
     DEBUG_ENV,
     EXIT_CODES,
     EXIT_FAILED,
     EXIT_OK,
-    EXIT_USAGE,
     HELP,
-    USER_ERRORS,
     CatalogOption,
-    DaskOption,
-    Overrides,
-    PrefectOption,
     StateDir,
     console,
-    err_console,
     fail,
     load_settings,
-    open_lake_read_only,
+    user_errors,
 )
-from viewmill.pipelines.data import data_app
-from viewmill.pipelines.models_cli import models_app
-from viewmill.pipelines.output import OutputError, OutputFormat, print_table, write_file, write_stdout
-from viewmill.pipelines.prefect_cli import deploy, server_app
-from viewmill.pipelines.recipe import load_suite
-from viewmill.pipelines.run_cli import run, serve, sweep, train
-from viewmill.pipelines.state import StatePaths
-from viewmill.pipelines.views_cli import views_app
-from viewmill.storage.sandbox import QueryLimits, run_query
+from viewmill.pipelines.progress import progress_interval, quiet_library_bars
 
 from viewmill import __version__
 
-# The CLI's public names; those defined in `cli_common` and `run_cli` stay importable from here.
-__all__ = [
-    "DEBUG_ENV",
-    "EXIT_CODES",
-    "EXIT_FAILED",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "HELP",
-    "USER_ERRORS",
-    "CatalogOption",
-    "DaskOption",
-    "Overrides",
-    "PrefectOption",
-    "StateDir",
-    "ViewmillGroup",
-    "app",
-    "console",
-    "err_console",
-    "main",
-    "run",
-    "serve",
-    "sweep",
-    "train",
-]
+if TYPE_CHECKING:
+    from typer._click import Command, Context, Parameter  # the click that typer vendors
+
+# Every command, in the order help lists them: "module:attribute", a Typer sub-app or a function.
+COMMANDS = {
+    "run": "viewmill.pipelines.run_cli:run",
+    "train": "viewmill.pipelines.run_cli:train",
+    "sweep": "viewmill.pipelines.run_cli:sweep",
+    "eval": "viewmill.pipelines.cli:eval_models",
+    "sql": "viewmill.pipelines.sql_cli:sql",
+    "views": "viewmill.pipelines.views_cli:views_app",
+    "lake": "viewmill.pipelines.lake_app:lake_app",
+    "data": "viewmill.pipelines.data:data_app",
+    "models": "viewmill.pipelines.models_cli:models_app",
+    "plugins": "viewmill.pipelines.cli:plugins",
+    "server": "viewmill.pipelines.prefect_cli:server_app",
+    "deploy": "viewmill.pipelines.prefect_cli:deploy",
+    "serve": "viewmill.pipelines.run_cli:serve",
+}
+
+_LIST_ITEM = re.compile(r"\s*([-*]|\d+\.)\s")
+
+
+def unwrap_help(text: str | None) -> str | None:
+    """A docstring's paragraphs as single lines (help wraps them to the terminal; the source's
+    line breaks would cut sentences in two). List items and \\b paragraphs keep their lines."""
+    if not text:
+        return text
+    paragraphs = []
+    for paragraph in text.split("\n\n"):
+        lines = paragraph.split("\n")
+        if paragraph.lstrip().startswith("\b"):
+            paragraphs.append(paragraph)
+            continue
+        joined = [lines[0].strip()]
+        for line in lines[1:]:
+            if _LIST_ITEM.match(line):
+                joined.append(line.strip())
+            else:
+                joined[-1] = f"{joined[-1]} {line.strip()}".strip()
+        paragraphs.append("\n".join(joined))
+    return "\n\n".join(paragraphs)
+
+
+def _plain_flags(params: Iterable[Parameter]) -> None:
+    # Typer labels every flag `<bool>` in help, as if it took a value: show flags bare.
+    for param in params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+
+
+def _tidy(command: Command) -> Command:
+    """Help unwrapped and flags shown bare, on the command and everything under it."""
+    command.help = unwrap_help(command.help)
+    help_option = command.get_help_option(typer.Context(command, help_option_names=HELP["help_option_names"]))
+    _plain_flags([*command.params, *([help_option] if help_option is not None else [])])
+    for sub in getattr(command, "commands", {}).values():
+        _tidy(sub)
+    return command
+
+
+def load_command(name: str, reference: str) -> Command:
+    """The click command for COMMANDS[name], its module imported now."""
+    module, _, attribute = reference.partition(":")
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command: Command = typer.main.get_group(target)
+    else:
+        single = typer.Typer(context_settings=HELP, add_completion=False)
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return _tidy(command)
+
+
+class LazyCommands(MutableMapping[str, "Command"]):
+    """The app's commands by name, each loaded on first use (`load_command`)."""
+
+    def __init__(self, loaded: Mapping[str, Command], references: Mapping[str, str]) -> None:
+        self._loaded = {name: _tidy(command) for name, command in loaded.items()}
+        self._references = dict(references)
+        self._order = list(dict.fromkeys([*references, *loaded]))
+
+    def __getitem__(self, name: str) -> Command:
+        if name not in self._loaded:
+            if name not in self._references:
+                raise KeyError(name)
+            self._loaded[name] = load_command(name, self._references[name])
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        self._loaded[name] = command
+        if name not in self._order:
+            self._order.append(name)
+
+    def __delitem__(self, name: str) -> None:
+        self._loaded.pop(name, None)
+        self._references.pop(name, None)
+        self._order.remove(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
 
 
 class ViewmillGroup(typer.core.TyperGroup):
-    """Whatever a command raises ends as one message on stderr and an exit status:
-    2 for bad input (the USER_ERRORS), 1 for anything else (a failed run)."""
+    """Commands load lazily (COMMANDS); whatever a command raises ends as one message on stderr
+    and an exit status: 2 for bad input (cli_common's user errors), 1 for anything else."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands(self.commands, COMMANDS)
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        params = super().get_params(ctx)  # --version, --help and Typer's completion options
+        _plain_flags(params)
+        return params
 
     def invoke(self, ctx):
         try:
@@ -80,7 +164,7 @@ class ViewmillGroup(typer.core.TyperGroup):
             raise
         except BrokenPipeError:
             _closed_pipe()
-        except USER_ERRORS as exc:
+        except user_errors() as exc:
             fail(exc)
         except Exception as exc:
             if os.environ.get(DEBUG_ENV):
@@ -103,16 +187,6 @@ app = typer.Typer(
     cls=ViewmillGroup,
     context_settings=HELP,
 )
-lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True, context_settings=HELP)
-app.add_typer(lake_app, name="lake")
-app.add_typer(data_app, name="data")
-app.add_typer(server_app, name="server")
-app.add_typer(views_app, name="views")
-app.add_typer(models_app, name="models")
-app.command()(deploy)
-app.command()(run)
-app.command()(train)
-app.command()(sweep)
 
 
 def _print_version(value: bool) -> None:
@@ -128,9 +202,13 @@ def main(
     ] = False,
 ) -> None:
     """viewmill: augmented view pairs for sentence-embedding learning."""
+    try:
+        progress_interval()  # a bad VIEWMILL_PROGRESS_INTERVAL is refused before any work
+    except ValueError as exc:
+        fail(exc)
+    quiet_library_bars()  # libraries' own tqdm bars would interleave with viewmill's progress
 
 
-@app.command("eval")
 def eval_models(
     models: Annotated[list[str], typer.Argument(help="model directories, embedded:NAME or hub ids")],
     suite: Annotated[Path, typer.Option(help="evaluation suite YAML (tasks)")] = Path("recipes/eval-papers.yaml"),
@@ -143,12 +221,14 @@ def eval_models(
 ) -> None:
     """Evaluate models side by side: results go to the lake's evals, a Markdown table and a PNG plot."""
     from viewmill.pipelines.evaluation import evaluate_cli
+    from viewmill.pipelines.recipe import load_suite
+    from viewmill.pipelines.state import StatePaths
 
     state = StatePaths.resolve(state_dir)
     try:
         report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out,
                               settings=load_settings(catalog))  # fmt: skip
-    except USER_ERRORS as exc:
+    except user_errors() as exc:
         fail(exc)
     console.print(report.markdown, highlight=False, markup=False)
     for line in report.conventions:
@@ -156,124 +236,6 @@ def eval_models(
     console.print(f"table: {report.markdown_path}\nplot: {report.plot_path}", highlight=False)
 
 
-app.command()(serve)
-
-
-QUERY_FILE_LIMIT = 1 << 20  # a query, not a data file: 1 MiB
-
-
-@app.command()
-def sql(
-    ctx: typer.Context,
-    query: Annotated[
-        str | None, typer.Argument(help="one DuckDB SQL query over the lake's tables; - reads it from stdin")
-    ] = None,
-    query_file: Annotated[
-        Path | None, typer.Option("--file", "-f", help="read the query from this file (- for stdin)")
-    ] = None,
-    state_dir: StateDir = None,
-    catalog: CatalogOption = None,
-    fmt: Annotated[
-        OutputFormat,
-        typer.Option(
-            "--format",
-            help="table; csv (nested values as JSON text), json (one object a line, nested values as JSON) "
-            "or parquet (needs --output)",
-        ),
-    ] = OutputFormat.table,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="write the result to this file (not inside the lake)")
-    ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", metavar="SECONDS", help="stop the query after this long")
-    ] = QueryLimits.timeout_s,
-    memory: Annotated[
-        str, typer.Option("--memory", metavar="SIZE", help="the query's memory limit (nothing spills to disk)")
-    ] = QueryLimits.memory,
-) -> None:
-    """Answer an ad hoc question over the lake: one read-only query, under a time and memory
-    limit; only the result goes to stdout."""
-    if fmt is OutputFormat.parquet and output is None:
-        fail(OutputError("--format parquet is binary: add --output FILE (e.g. --output result.parquet)"))
-    if fmt is OutputFormat.table and output is not None:
-        fail(OutputError("--output needs --format csv, json or parquet (table is for the terminal)"))
-    text = _query_text(ctx, query, query_file)
-    try:
-        limits = QueryLimits(timeout_s=timeout, memory=memory)
-        root = StatePaths.resolve(state_dir).lake
-        table = run_query(root, text, catalog=load_settings(catalog).catalog_spec(), limits=limits, output=output)
-    except (*USER_ERRORS, ValueError) as exc:
-        fail(exc)
-    if output is None:
-        write_stdout(table, fmt, console)
-    else:
-        write_file(table, fmt, output)
-        err_console.print(f"wrote {table.num_rows} row(s) to {output}", highlight=False)
-
-
-def _query_text(ctx: typer.Context, query: str | None, query_file: Path | None) -> str:
-    """The query from the argument, -f FILE, or stdin (`-` in either place)."""
-    if (query is None) == (query_file is None):
-        raise typer.BadParameter(
-            "give the query once: as an argument, with -f FILE, or - to read it from stdin", ctx=ctx
-        )
-    if query is not None and query != "-":
-        return query
-    source = "-" if query == "-" or str(query_file) == "-" else str(query_file)
-    try:
-        if source == "-":
-            text = sys.stdin.read(QUERY_FILE_LIMIT + 1)
-        else:
-            with open(source, encoding="utf-8") as handle:
-                text = handle.read(QUERY_FILE_LIMIT + 1)
-    except OSError as exc:
-        fail(ValueError(f"cannot read the query file {source}: {exc.strerror or exc}"))
-    except UnicodeDecodeError as exc:
-        fail(ValueError(f"the query in {'stdin' if source == '-' else source} is not UTF-8 text ({exc.reason})"))
-    if len(text) > QUERY_FILE_LIMIT:
-        where = "stdin" if source == "-" else source
-        fail(ValueError(f"the query in {where} is over 1 MiB: give viewmill sql one query, not a data file"))
-    return text
-
-
-@lake_app.command("snapshots")
-def snapshots(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
-    """List the named pairs snapshots."""
-    try:
-        with open_lake_read_only(state_dir, catalog) as lake:
-            table = lake.arrow(
-                "SELECT snapshot, recipe, corpus, n_pairs, lake_version, created_at, run_id "
-                "FROM snapshots ORDER BY created_at"
-            )
-    except USER_ERRORS as exc:
-        fail(exc)
-    print_table(table, console)
-
-
-@lake_app.command("export")
-def export(
-    snapshot: Annotated[str, typer.Argument(help="snapshot name (see viewmill lake snapshots)")],
-    out: Annotated[Path, typer.Argument(help="output file, .parquet or .jsonl")],
-    fmt: Annotated[str | None, typer.Option("--format", help="parquet or jsonl (default: from the suffix)")] = None,
-    state_dir: StateDir = None,
-    catalog: CatalogOption = None,
-) -> None:
-    """Export a pairs snapshot for other tools."""
-    from viewmill.storage.snapshots import export_snapshot
-
-    try:
-        with open_lake_read_only(state_dir, catalog) as lake:
-            n = export_snapshot(lake, snapshot, out, fmt)
-    except USER_ERRORS as exc:
-        fail(exc)
-    err_console.print(f"wrote {n} pairs of {snapshot} to {out}", highlight=False)  # status, not a result
-
-
-# init, compact, verify, repair: making, tidying, checking and mending a lake
-lake_cli.register(lake_app)
-
-
-@app.command()
 def plugins() -> None:
     """List the names recipes can use: augmenter methods, engines, objectives and corpus formats
     (viewmill's own, then installed plugins' from their entry points)."""

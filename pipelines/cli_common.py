@@ -1,28 +1,26 @@
 """What every `viewmill` command shares: the consoles, the options (--state-dir, --catalog,
---set, --prefect, --dask), the settings they make, the exit statuses and the one-message failure."""
+--set, --prefect, --dask), the settings they make, the exit statuses and the one-message failure.
+
+It imports nothing heavy (no lake, recipe, torch or Prefect): every command loads it, and
+`viewmill --version` loads little else.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from viewmill.augment.engines import EngineError
-from viewmill.augment.ingest import CorpusError
-from viewmill.pipelines.output import OutputError
-from viewmill.pipelines.prefect_env import PrefectServerError
-from viewmill.pipelines.recipe import RecipeError
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.lake import Lake, LakeError
-from viewmill.storage.settings import Settings
-from viewmill.train.encoder import EncoderError
-from viewmill.train.evaluate import EvalDataError
-from viewmill.train.manifest import ExportError
 
-from viewmill.extras import MissingExtraError, missing_extra
+from viewmill.extras import missing_extra
+
+if TYPE_CHECKING:
+    from viewmill.storage.lake import Lake
+    from viewmill.storage.settings import Settings
 
 # Results go to stdout (`console`); progress, status and errors to stderr (`err_console`),
 # so `viewmill sql ... --format csv > out.csv` and pipes get the result and nothing else.
@@ -30,15 +28,38 @@ from viewmill.extras import MissingExtraError, missing_extra
 console = Console(width=None if sys.stdout.isatty() else 240)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
-USER_ERRORS = (
-    RecipeError, CorpusError, EngineError, LakeError, EncoderError, EvalDataError, PrefectServerError, OutputError,
-    MissingExtraError, ExportError,
-)  # fmt: skip
+# Bad input: these end as one message and exit status 2. Named, not imported, so that starting a
+# command loads none of their modules: an error can only come from a module already loaded, so
+# sys.modules holds the class of any that can be raised.
+USER_ERROR_NAMES = (
+    ("viewmill.pipelines.recipe", "RecipeError"),
+    ("viewmill.augment.readers", "CorpusError"),
+    ("viewmill.augment.engines", "EngineError"),
+    ("viewmill.storage.catalog", "LakeError"),
+    ("viewmill.train.encoder", "EncoderError"),
+    ("viewmill.train.evaluate", "EvalDataError"),
+    ("viewmill.pipelines.prefect_env", "PrefectServerError"),
+    ("viewmill.pipelines.output", "OutputError"),
+    ("viewmill.extras", "MissingExtraError"),
+    ("viewmill.train.manifest", "ExportError"),
+)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEBUG_ENV = "VIEWMILL_DEBUG"
 EXIT_CODES = "Exit status: 0 ok, 1 a failed run, 2 usage or bad input. VIEWMILL_DEBUG=1 shows tracebacks."
 # Every app (sub-apps too) takes -h as well as --help.
 HELP = {"help_option_names": ["-h", "--help"]}
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The bad-input error classes (USER_ERROR_NAMES) of the modules loaded so far: use as
+    `except user_errors() as exc`, evaluated only when something was raised."""
+    found = []
+    for module_name, name in USER_ERROR_NAMES:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            found.append(getattr(module, name))
+    return tuple(found)
+
 
 StateDir = Annotated[
     Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")
@@ -68,6 +89,8 @@ DaskOption = Annotated[
 
 def load_settings(catalog: str | None = None, dask: str | None = None) -> Settings:
     """VIEWMILL_* read once, flags winning; commands pass the result on explicitly."""
+    from viewmill.storage.settings import Settings
+
     return Settings().with_overrides(catalog=catalog, dask=dask)
 
 
@@ -75,13 +98,22 @@ def open_lake_read_only(state_dir: Path | None, catalog: str | None) -> Lake:
     return load_settings(catalog).open_lake(StatePaths.resolve(state_dir).lake, read_only=True)
 
 
-def fail(exc: Exception, code: int = EXIT_USAGE) -> None:
+def _message(exc: Exception) -> str:
+    pydantic_core = sys.modules.get("pydantic_core")
+    if pydantic_core is not None and isinstance(exc, pydantic_core.ValidationError):
+        from viewmill.pipelines.messages import validation_lines  # e.g. a VIEWMILL_* variable of the wrong form
+
+        return "\n".join([f"{exc.title} is not valid:", *validation_lines(exc)])
+    return str(exc)
+
+
+def fail(exc: Exception, code: int = EXIT_USAGE) -> NoReturn:
     """One message on stderr, then exit: EXIT_USAGE for bad input, EXIT_FAILED for a run that failed."""
     missing = missing_extra(exc)
     if missing is not None:  # an optional package this install lacks: name the extra that brings it
         exc, code = missing, EXIT_USAGE
-    known = isinstance(exc, (*USER_ERRORS, ValueError))
-    message = str(exc) if known else f"{type(exc).__name__}: {exc}"
+    known = isinstance(exc, (*user_errors(), ValueError))
+    message = _message(exc) if known else f"{type(exc).__name__}: {exc}"
     if code == EXIT_FAILED:
         message = f"failed: {message} (VIEWMILL_DEBUG=1 shows the traceback)"
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)

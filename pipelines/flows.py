@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 from prefect.filesystems import RemoteFileSystem, WritableFileSystem
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
@@ -20,7 +20,6 @@ from viewmill.augment.views import ShardReport
 from viewmill.pipelines import artifacts
 from viewmill.pipelines.augment_stage import ShardJob, augment_finish, augment_plan, augment_shard, shards_missing_views
 from viewmill.pipelines.context import RunContext
-from viewmill.pipelines.deploy import ensure_gpu_limit  # noqa: F401 - `viewmill serve` and deployments use it
 from viewmill.pipelines.eval_stage import evaluate_stage
 from viewmill.pipelines.ingest_stage import ingest_stage
 from viewmill.pipelines.pair_stage import pair_stage
@@ -35,7 +34,7 @@ from viewmill.storage.settings import Settings
 # Prefect's own caching stays off for them and tasks never hash lake connections.
 _STAGES = (preflight, ingest_stage, augment_plan, augment_finish, pair_stage, train_stage, evaluate_stage)
 # Stages that hold a model on the accelerator carry the `gpu` tag: a concurrency limit of 1
-# on that tag (viewmill serve, viewmill deploy, prefect.yaml's build step set it) keeps one
+# on that tag (viewmill serve, viewmill deploy, prefect.yaml's build step set it: deploy.py) keeps one
 # GPU from running two of them at once.
 RESULTS_ENV = "VIEWMILL_RESULTS"
 DASK_ENV = "VIEWMILL_DASK"
@@ -133,10 +132,10 @@ def task_runner(address: str | None = None) -> TaskRunner:
 
 
 def run_as_tasks(ctx: RunContext, flow_name: str, **options: Any) -> dict[str, Any]:
-    """The recipe's stages as tasks of the current flow, and its artifacts."""
+    """The recipe's stages as tasks of the current flow, each result logged, and its artifacts."""
     summary = run_recipe(
         ctx,
-        call=lambda stage, *args: TASKS[stage](*args),
+        call=_logged_stage,
         map_shards=lambda jobs: submit_shards(ctx, jobs),
         flow=f"prefect:{flow_name}",
         **options,
@@ -145,32 +144,59 @@ def run_as_tasks(ctx: RunContext, flow_name: str, **options: Any) -> dict[str, A
     return summary
 
 
+def _logged_stage(stage: Any, *args: Any) -> Any:
+    # Prefect's own lines say only that a task finished: the run's log says what it made.
+    result = TASKS[stage](*args)
+    line = artifacts.describe_stage(result)
+    if line:
+        get_run_logger().info(line)
+    return result
+
+
 def _run_as_tasks(
-    flow_name: str, recipe_path: str, state_dir: str, overrides: list[str] | None, settings: Settings | None,
+    flow_name: str,
+    recipe_path: str,
+    state_dir: str,
+    overrides: list[str] | None,
+    settings: Settings | None,
     **options: Any,
 ):
     # A deployment's run passes no settings: its worker's VIEWMILL_* environment gives them.
     ctx = RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir), settings or Settings())
+    get_run_logger().info(
+        f"run {ctx.run_id}: recipe {recipe_path}, state {ctx.state.root}, working directory {Path.cwd()}"
+    )
     return run_as_tasks(ctx, flow_name, **options)
 
 
 def publish(ctx: RunContext, summary: dict[str, Any]) -> None:
-    """Artifacts for the UI, and an event when augmentation made a new pairs snapshot."""
+    """Artifacts for the UI (the run's own views, a sample of them, training, evaluation), and
+    an event when augmentation made a new pairs snapshot."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.events import emit_event
 
     key = ctx.recipe.name.lower().replace("_", "-").replace(".", "-")
-    if "augment" in summary:
-        with ctx.lake(read_only=True) as lake:
-            counts = artifacts.view_counts(lake, ctx.recipe.corpus_name)
-            sample = artifacts.round_trip_sample(lake, ctx.recipe.corpus_name)
-        create_table_artifact(counts, key=f"{key}-views", description="views per augmenter, status and reason")
-        create_markdown_artifact(sample, key=f"{key}-round-trips", description="a fixed sample of views")
-    if summary.get("evals"):
-        create_table_artifact(artifacts.eval_table(summary["evals"]), key=f"{key}-evals", description="evaluation")
     snapshot = summary.get("snapshot")
+    if "augment" in summary:
+        configs = {name: report["config_hash"] for name, report in summary["augment"].items()}
+        version = summary["ingest"]["corpus_version"]
+        with ctx.lake(read_only=True) as lake:
+            counts = artifacts.run_view_counts(lake, ctx.run_id, version, configs)
+            sample = artifacts.round_trip_sample(lake, version, configs)
+        create_table_artifact(counts, key=f"{key}-views", description=f"run {ctx.run_id}: views per augmenter, "
+                              "status and reason (written_by_run: new in this run)")  # fmt: skip
+        create_markdown_artifact(sample, key=f"{key}-round-trips", description=f"run {ctx.run_id}: a sample of views")
+    elif snapshot:
+        get_run_logger().info(f"pairs snapshot {snapshot['name']}: {snapshot['n_pairs']} pairs, made earlier")
+    if summary.get("train"):
+        create_markdown_artifact(artifacts.training_markdown(summary["train"], snapshot), key=f"{key}-training",
+                                 description=f"run {ctx.run_id}: the trained model")  # fmt: skip
+    if summary.get("evals"):
+        create_table_artifact(artifacts.eval_table(summary["evals"]), key=f"{key}-evals",
+                              description=f"run {ctx.run_id}: evaluation")  # fmt: skip
     if snapshot and snapshot.get("created"):
         emit_event(**artifacts.snapshot_event(ctx.recipe.name, snapshot))
+    get_run_logger().info(f"run {ctx.run_id} finished in {summary['timings'].get('total', 0):g} s")
 
 
 @flow(name="viewmill-recipe", task_runner=task_runner())
@@ -226,25 +252,3 @@ def sweep_flow(
     key = report.sweep.lower().replace("_", "-").replace(".", "-")
     create_markdown_artifact(report.markdown, key=f"{key}-sweep", description=f"sweep {report.sweep_run}")
     return report.as_dict()
-
-
-def deployments(recipe_path: str, state_dir: str, *, cron: str = "0 2 * * *") -> list:
-    """The single-box deployments `viewmill serve` runs: nightly augmentation on `cron`,
-    and training whenever augmentation of this recipe makes a new snapshot."""
-    from prefect.events import DeploymentEventTrigger
-
-    recipe = load_recipe(recipe_path)
-    params = {"recipe_path": str(Path(recipe_path).resolve()), "state_dir": str(Path(state_dir).resolve())}
-    nightly = augment_flow.to_deployment(
-        name=f"{recipe.name}-nightly-augment", cron=cron, parameters=params, tags=["viewmill", "augment"]
-    )
-    on_new_pairs = DeploymentEventTrigger(
-        name=f"{recipe.name}-train-on-new-pairs",
-        expect={artifacts.SNAPSHOT_EVENT},
-        match={"viewmill.recipe": recipe.name},
-        parameters={**params, "snapshot": "{{ event.payload.snapshot }}"},
-    )
-    training = train_flow.to_deployment(
-        name=f"{recipe.name}-train", parameters=params, triggers=[on_new_pairs], tags=["viewmill", "train", "gpu"]
-    )
-    return [nightly, training]

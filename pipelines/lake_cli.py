@@ -1,4 +1,5 @@
-"""`viewmill lake init | compact | verify | repair`: making, tidying, checking and mending a lake.
+"""`viewmill lake init | compact | verify | repair | attach | export-table`: making, tidying,
+checking and mending a lake, and opening it to other tools (your own DuckDB, one file per table).
 
 Exit codes follow the CLI's convention: 0 ok, 1 the lake is damaged (or could not be
 mended), 2 bad input (no lake there, a lake already there, a bad catalog setting).
@@ -6,7 +7,11 @@ mended), 2 bad input (no lake there, a lake already there, a bad catalog setting
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -210,6 +215,108 @@ def _print_repair(report: RepairReport) -> None:
         console.print(f"dropped damaged snapshot {name}: rerun its recipe to make it again", highlight=False)
 
 
+def attach(
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+    open_shell: Annotated[
+        bool, typer.Option("--open", help="open the DuckDB shell (`duckdb` on PATH) with the lake attached")
+    ] = False,
+    read_write: Annotated[
+        bool, typer.Option("--read-write", help="attach writable: bypasses viewmill's writer lock (see the warning)")
+    ] = False,
+    duckdb_version: Annotated[
+        str | None,
+        typer.Option(help="the DuckDB that will run the SQL (default: `duckdb` on PATH, else viewmill's own)"),
+    ] = None,
+) -> None:
+    """Print the SQL that opens the lake in your own DuckDB, or (--open) open a DuckDB shell on it.
+
+    The SQL loads the ducklake extension and the catalog's (sqlite, postgres; httpfs for s3://),
+    by path from viewmill's environment when your DuckDB is viewmill's version, else with
+    INSTALL/LOAD; then ATTACHes the lake READ_ONLY with its data path, and USEs it. Start your
+    shell with it (`viewmill lake attach > lake.sql; duckdb -init lake.sql`), or run it in Python
+    (`duckdb.connect().execute(sql)`). The lake's catalog (DuckLake format 1.0) opens in DuckDB
+    1.5.2 or newer; 1.5.1 and older refuse it. No password or S3 key is printed (placeholders
+    say where they go). --read-write prints a writable ATTACH and a warning: writes outside viewmill
+    bypass its writer lock and leave files without recorded hashes, which pairing refuses until
+    `viewmill lake verify --record-hashes`."""
+    from viewmill.storage.attach import READ_WRITE_WARNING, attach_sql, locate, secret_statements
+
+    binary = shutil.which("duckdb")
+    if open_shell and binary is None:
+        _refuse(
+            LakeError(
+                "--open needs the DuckDB command-line shell and there is no `duckdb` on PATH (the Python duckdb "
+                f"module has no interactive shell): pip install duckdb-cli=={_duckdb_module_version()} (the version "
+                "viewmill's extensions load in, offline), or print the SQL with `viewmill lake attach` and run it in "
+                "your own DuckDB, or query with `viewmill sql`"
+            )
+        )
+    try:
+        version = _binary_version(binary) if binary and (open_shell or duckdb_version is None) else None
+        version = version or duckdb_version or _duckdb_module_version()
+        root = StatePaths.resolve(state_dir).lake
+        with Lake(root, read_only=True, catalog=catalog) as lake:
+            where = locate(lake)
+        sql = attach_sql(where, duckdb_version=version, read_write=read_write)
+    except LakeError as exc:
+        _refuse(exc)
+    if read_write:
+        err_console.print(READ_WRITE_WARNING, highlight=False, markup=False)
+    if not open_shell:
+        sys.stdout.write(sql)  # plain text: no wrapping or markup, so it pipes into duckdb as it is
+        return
+    private = attach_sql(where, duckdb_version=version, read_write=read_write, secrets=secret_statements(where))
+    raise typer.Exit(_run_shell(str(binary), private))
+
+
+def export_table(
+    table: Annotated[str, typer.Argument(help="a lake table, e.g. views, translations, evals")],
+    out: Annotated[Path, typer.Argument(help="output file, .parquet or .jsonl (outside the lake)")],
+    fmt: Annotated[str | None, typer.Option("--format", help="parquet or jsonl (default: from the suffix)")] = None,
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """Write one table's current rows to a single Parquet or JSONL file for other tools.
+
+    Deletes are applied and every file merged: use it where the data folder's raw Parquet
+    would be wrong, i.e. for tables with deletes (evals) or whenever a tool cannot attach a
+    DuckLake. For pairs snapshots, `viewmill lake export SNAPSHOT` is the same for one snapshot."""
+    from viewmill.storage.attach import export_table as write_table
+
+    try:
+        with Lake(StatePaths.resolve(state_dir).lake, read_only=True, catalog=catalog) as lake:
+            n = write_table(lake, table, out, fmt)
+    except LakeError as exc:
+        _refuse(exc)
+    err_console.print(f"wrote {n} row(s) of {table} to {out}", highlight=False)  # status, not a result
+
+
+def _duckdb_module_version() -> str:
+    import duckdb
+
+    return duckdb.__version__
+
+
+def _binary_version(binary: str) -> str:
+    try:
+        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LakeError(f"cannot run `{binary} --version` ({exc}): check that {binary} is a DuckDB shell") from None
+    return done.stdout.strip()
+
+
+def _run_shell(binary: str, sql: str) -> int:
+    """The DuckDB shell with the lake attached: the SQL (secrets included, never printed) goes
+    in an init file only this user can read, removed when the shell exits."""
+    with tempfile.TemporaryDirectory(prefix="viewmill-attach-") as folder:  # mode 0700
+        init = Path(folder) / "attach.sql"
+        fd = os.open(init, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(sql)
+        return subprocess.run([binary, "-init", str(init)], check=False).returncode
+
+
 def register(lake_app: typer.Typer) -> None:
-    for command in (init, compact, verify, repair):
-        lake_app.command(command.__name__)(command)
+    for command in (init, compact, verify, repair, attach, export_table):
+        lake_app.command(command.__name__.replace("_", "-"))(command)

@@ -1,4 +1,5 @@
-"""`viewmill server` (the state directory's temporary Prefect server) and `viewmill deploy`."""
+"""`viewmill server` (the state directory's temporary Prefect server) and `viewmill deploy` (a
+recipe's deployments for process workers, or prefect.yaml's for the Docker images)."""
 
 from __future__ import annotations
 
@@ -56,27 +57,72 @@ def server_stop(
 
 
 def deploy(
-    prefect_file: Annotated[Path, typer.Option(help="the deployments file")] = Path("prefect.yaml"),
-    names: Annotated[list[str] | None, typer.Option("--name", help="deploy only these (default: all)")] = None,
+    recipe: Annotated[
+        Path | None, typer.Argument(help="recipe YAML whose deployments to register, e.g. recipes/demo.yaml")
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="the runs' state directory, which every worker must see at this path "
+            "(default $VIEWMILL_HOME or ./.viewmill, made absolute here)",
+        ),
+    ] = None,
+    workdir: Annotated[
+        str | None, typer.Option(help="the flow runs' working directory on the workers (default: a temporary one)")
+    ] = None,
+    cron: Annotated[str, typer.Option(help="augmentation schedule (cron, server time zone)")] = "0 2 * * *",
+    cpu_pool: Annotated[str, typer.Option(help="work pool of the nightly augmentation")] = "viewmill-cpu",
+    gpu_pool: Annotated[str, typer.Option(help="work pool of training")] = "viewmill-gpu",
+    prefect_file: Annotated[
+        Path | None, typer.Option(help="apply this prefect.yaml instead of a recipe (the Docker images' file)")
+    ] = None,
+    names: Annotated[list[str] | None, typer.Option("--name", help="with --prefect-file: only these")] = None,
     gpu_limit: Annotated[int, typer.Option(help="concurrency limit for the `gpu` tag, when missing")] = 1,
-    create_pools: Annotated[
-        bool, typer.Option(help="create the work pools the file names that the server lacks (type process)")
-    ] = True,
+    create_pools: Annotated[bool, typer.Option(help="create missing work pools (type process)")] = True,
 ) -> None:
-    """Apply prefect.yaml's deployments to your Prefect server (PREFECT_API_URL or the active
-    profile), creating the `gpu` concurrency limit and missing work pools first."""
+    """Register a recipe's deployments on your Prefect server (PREFECT_API_URL or the active
+    profile): nightly augmentation on --cpu-pool, training on each new pairs snapshot on --gpu-pool.
+    Any process worker with viewmill installed runs them (prefect worker start --pool viewmill-cpu)."""
     from viewmill.pipelines import deploy as deploying
     from viewmill.pipelines.prefect_env import connect_prefect
+    from viewmill.pipelines.recipe import load_recipe  # here, not at the top: it brings torch
 
-    prefect_file = prefect_file.resolve()
-    try:  # bad input is refused before any server is asked
-        deployments = deploying.read_deployments(prefect_file)
-    except deploying.DeployError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--prefect-file") from None
+    if (recipe is None) == (prefect_file is None):
+        raise typer.BadParameter(
+            "name a recipe (viewmill deploy recipes/demo.yaml: its deployments run on any process worker with "
+            "viewmill installed), or --prefect-file prefect.yaml for the Docker images' deployments; not both",
+            param_hint="RECIPE",
+        )
+    # Bad input is refused before any server is asked.
+    if recipe is not None:
+        recipe_name = load_recipe(recipe).name
+        pools = [cpu_pool, gpu_pool]
+    else:
+        prefect_file = prefect_file.resolve()
+        try:
+            pools = deploying.pools_of(deploying.read_deployments(prefect_file))
+        except deploying.DeployError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--prefect-file") from None
     err_console.print(connect_prefect(None), highlight=False)
     created = deploying.ensure_gpu_limit(gpu_limit)
     err_console.print(f"gpu concurrency limit: {'created with ' + str(gpu_limit) if created else 'already set'}")
     if create_pools:
-        for name in deploying.ensure_work_pools(deployments):
+        for name in deploying.ensure_work_pools(pools):
             err_console.print(f"created work pool {name} (type process)", highlight=False)
-    deploying.apply_prefect_yaml(prefect_file, names)  # a failure exits 1 with Prefect's output above
+    if recipe is None:
+        deploying.apply_prefect_yaml(prefect_file, names)  # a failure exits 1 with Prefect's output above
+        return
+    # An absolute path: a relative one would name a folder under whatever the worker's cwd is.
+    workers = deploying.Workers(cpu_pool, gpu_pool, str(Path(workdir).expanduser().resolve()) if workdir else None)
+    made = deploying.recipe_deployments(recipe, StatePaths.resolve(state_dir).root, cron=cron, workers=workers)
+    for name in deploying.register(made):
+        err_console.print(f"deployed {name}", highlight=False)
+    warning = deploying.rival_warning(recipe_name, served=False)
+    if warning:
+        err_console.print(warning, highlight=False)
+    err_console.print(
+        f"they run in {workers.workdir or 'a temporary directory'} on any process worker with viewmill installed: "
+        f"prefect worker start --pool {cpu_pool} --type process (and --pool {gpu_pool} for training)",
+        highlight=False,
+    )

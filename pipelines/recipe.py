@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from viewmill.augment.augmenters import AugmenterSpec
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.readers import NLI_FORMATS, READERS, ReadOptions
+from viewmill.pipelines.messages import validation_lines
 from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
 from viewmill.storage import datasets
 from viewmill.storage.ids import canonical_json, fingerprint
@@ -51,7 +52,7 @@ class CorpusSpec(BaseModel):
     @classmethod
     def _registered_format(cls, fmt: str) -> str:
         if fmt not in READERS:
-            raise ValueError(f"unknown corpus format '{fmt}': use one of {READERS.help()}")
+            raise ValueError(READERS.unknown(fmt))
         return fmt
 
     @model_validator(mode="after")
@@ -244,17 +245,8 @@ class Recipe(BaseModel):
         return canonical_json(self.model_dump(mode="json"))
 
 
-def _format_validation_error(path: Path, error: ValidationError) -> str:
-    lines = [f"recipe {path} is not valid:"]
-    for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown field; remove it or fix its spelling"
-        elif item["type"] == "missing":
-            message = "required field is missing; add it"
-        lines.append(f"  - {where}: {message}")
-    return "\n".join(lines)
+def _format_validation_error(path: Path, error: ValidationError, root: type[BaseModel] | None = None) -> str:
+    return "\n".join([f"recipe {path} is not valid:", *validation_lines(error, root or Recipe)])
 
 
 def load_suite(path: Path | str) -> EvaluateSpec:
@@ -271,7 +263,7 @@ def load_suite(path: Path | str) -> EvaluateSpec:
     except YamlTooLarge as exc:
         raise RecipeError(f"suite {path}: {exc}") from None
     except ValidationError as exc:
-        raise RecipeError(_format_validation_error(path, exc).replace("recipe", "suite", 1)) from None
+        raise RecipeError(_format_validation_error(path, exc, EvaluateSpec).replace("recipe", "suite", 1)) from None
     base = path.resolve().parent
     for task in suite.tasks:
         _resolve_task_paths(task, base)

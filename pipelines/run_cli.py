@@ -11,7 +11,6 @@ import typer
 from viewmill.pipelines.cli_common import (
     DEBUG_ENV,
     EXIT_FAILED,
-    USER_ERRORS,
     CatalogOption,
     DaskOption,
     Overrides,
@@ -21,14 +20,17 @@ from viewmill.pipelines.cli_common import (
     err_console,
     fail,
     load_settings,
+    user_errors,
 )
 from viewmill.pipelines.prefect_env import PrefectServerError
-from viewmill.pipelines.recipe import RecipeError, load_recipe
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.catalog import CATALOG_ENV
+
+# The recipe schema (and through it torch) loads when a command runs, not when the CLI starts.
 
 
 def _check_dask(dask: str | None, prefect: bool) -> None:
+    from viewmill.pipelines.recipe import RecipeError
+
     if dask and not prefect:
         raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
 
@@ -82,14 +84,13 @@ def _run(
     snapshot: str | None,
     evaluate: bool,
 ) -> None:
-    from transformers.utils import logging as hf_logging
     from viewmill.pipelines.context import RunContext
     from viewmill.pipelines.pair_stage import existing_snapshot
     from viewmill.pipelines.preflight import preflight
+    from viewmill.pipelines.recipe import RecipeError, load_recipe
     from viewmill.pipelines.report import render_summary
     from viewmill.pipelines.run import run_recipe
 
-    hf_logging.disable_progress_bar()  # viewmill's own bars say what is happening
     settings = load_settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
     try:
@@ -102,7 +103,7 @@ def _run(
             preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
         else:
             existing_snapshot(ctx, snapshot)
-    except USER_ERRORS as exc:
+    except user_errors() as exc:
         fail(exc)
     try:  # from here on a failure is a failed run (recorded in `runs`), not bad input
         if prefect and evaluate:
@@ -134,12 +135,11 @@ def sweep(
 ) -> None:
     """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
     the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
-    from transformers.utils import logging as hf_logging
     from viewmill.pipelines.context import RunContext
     from viewmill.pipelines.preflight import preflight
+    from viewmill.pipelines.recipe import RecipeError, load_recipe
     from viewmill.pipelines.sweep import run_sweep
 
-    hf_logging.disable_progress_bar()
     settings = load_settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
     try:
@@ -148,7 +148,7 @@ def sweep(
         if parsed.sweep is None:
             raise RecipeError(f"recipe {recipe} has no sweep section: add sweep.grid or sweep.configs")
         preflight(RunContext(parsed, state, settings))
-    except USER_ERRORS as exc:
+    except user_errors() as exc:
         fail(exc)
     try:  # from here on a failure is a failed run, not bad input
         if prefect:
@@ -176,21 +176,28 @@ def serve(
     catalog: CatalogOption = None,
 ) -> None:
     """Serve this recipe's deployments from this machine (needs a Prefect server: PREFECT_API_URL or the profile's)."""
+    from viewmill.pipelines.recipe import load_recipe
+    from viewmill.storage.catalog import CATALOG_ENV
+
     if catalog:  # the flow runs served here read VIEWMILL_* once each, like a worker's runs
         os.environ[CATALOG_ENV] = catalog
     state = StatePaths.resolve(state_dir)
     try:
         load_recipe(recipe)
-    except USER_ERRORS as exc:
+    except user_errors() as exc:
         fail(exc)
     from viewmill.pipelines.prefect_env import connect_prefect
 
     try:  # schedules and triggers need the user's server (PREFECT_API_URL or the profile's)
         err_console.print(connect_prefect(None), highlight=False)
-    except USER_ERRORS as exc:
+    except user_errors() as exc:
         fail(exc)
     from prefect import serve as prefect_serve
-    from viewmill.pipelines.flows import deployments, ensure_gpu_limit
+    from viewmill.pipelines import deploy
 
-    ensure_gpu_limit()
-    prefect_serve(*deployments(str(recipe), str(state.root), cron=cron))
+    deploy.ensure_gpu_limit()
+    served = deploy.recipe_deployments(recipe, state.root, cron=cron)  # named apart from `viewmill deploy`'s
+    warning = deploy.rival_warning(load_recipe(recipe).name, served=True)
+    if warning:
+        err_console.print(warning, highlight=False)
+    prefect_serve(*served)

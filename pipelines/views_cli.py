@@ -2,29 +2,34 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from viewmill.augment.views_report import build_report, reasons_sql, stats_sql, write_report
+from viewmill.pipelines.cli_common import HELP, CatalogOption, StateDir, console, err_console, load_settings
+from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.settings import Settings
 
-console = Console(width=None if sys.stdout.isatty() else 240)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
+if TYPE_CHECKING:
+    from viewmill.augment.views_report import Encode
 
-views_app = typer.Typer(help="Inspect the augmented views.", no_args_is_help=True,
-                        context_settings={"help_option_names": ["-h", "--help"]})  # fmt: skip
+views_app = typer.Typer(help="Inspect the augmented views.", no_args_is_help=True, context_settings=HELP)
 
 
-def _encoder(ref: str):
-    """Texts -> unit embeddings under `ref` (the recipes' start encoder by default)."""
+def _encoder(ref: str) -> Encode:
+    """Texts -> embeddings under `ref` (the recipes' start encoder by default). The model loads
+    on the first call, inside the report's progress, not before it."""
     from viewmill.train.encoder import load_sentence_model, resolve_encoder
 
-    model = load_sentence_model(resolve_encoder(ref))
-    return lambda texts: model.encode(texts, batch_size=128, convert_to_numpy=True, show_progress_bar=False)
+    path = resolve_encoder(ref)  # a bad reference fails now, before the lake is read
+    loaded = []
+
+    def encode(texts: list[str]):
+        if not loaded:
+            loaded.append(load_sentence_model(path))
+        return loaded[0].encode(texts, batch_size=128, convert_to_numpy=True, show_progress_bar=False)
+
+    return encode
 
 
 @views_app.command()
@@ -45,21 +50,20 @@ def report(
     sql: Annotated[
         bool, typer.Option("--sql", help="print the report's lake queries (for viewmill sql) and stop")
     ] = False,
-    state_dir: Annotated[
-        Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")
-    ] = None,
-    catalog: Annotated[str | None, typer.Option("--catalog", help="lake catalog (default $VIEWMILL_CATALOG)")] = None,
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
 ) -> None:
-    """Per augmenter: kept/rejected with reasons, chrF, length ratio, share identical, self-BLEU,
-    cosine to the source, examples; Markdown plus PNG histograms in --out."""
+    """Per augmenter: kept/rejected with reasons, chrF, length ratio, share identical, self-BLEU, cosine to the
+    source, examples; Markdown plus PNG histograms in --out."""
+    from viewmill.augment.views_report import build_report, reasons_sql, stats_sql, write_report
+
     if sql:
         console.print(f"{stats_sql(snapshot)};\n\n{reasons_sql(snapshot)};", highlight=False, markup=False)
         return
-    settings = Settings().with_overrides(catalog=catalog)
-    with settings.open_lake(StatePaths.resolve(state_dir).lake, read_only=True) as lake:
-        encode = _encoder(encoder) if cosine_sample else None
+    encode = _encoder(encoder) if cosine_sample else None
+    with load_settings(catalog).open_lake(StatePaths.resolve(state_dir).lake, read_only=True) as lake:
         result = build_report(lake, snapshot, encode=encode, encoder_name=encoder, cosine_sample=cosine_sample,
-                              examples=examples)  # fmt: skip
+                              examples=examples, progress=progress_bar)  # fmt: skip
     path = write_report(result, out)
     for r in result.augmenters:
         err_console.print(

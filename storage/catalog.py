@@ -89,9 +89,9 @@ def refuse_orphaned_data(catalog: Catalog, data_path: str) -> None:
         return
     raise LakeError(
         f"the lake's catalog {catalog.target} is missing but its data folder {data_path} holds {len(found)} "
-        f"Parquet file(s): restore the catalog from a backup to {catalog.target} (see README, 'Backing up, moving "
-        "and checking a lake'), or start a new, empty lake with `viewmill lake init`, which moves the old data "
-        "aside to a dated folder"
+        f"Parquet file(s): restore the catalog from a backup to {catalog.target} (see docs/operations.md, "
+        "'Backing up, moving and checking a lake'), or start a new, empty lake with `viewmill lake init`, which "
+        "moves the old data aside to a dated folder"
     )
 
 

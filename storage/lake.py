@@ -12,10 +12,9 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 from viewmill.storage.catalog import (
     CATALOG_ENV,
@@ -35,6 +34,9 @@ from viewmill.storage.file_hashes import HashRecords, content_problems, lake_key
 from viewmill.storage.lake_files import CatalogFile, catalog_files, merge_candidates, next_file_id
 from viewmill.storage.schema import PARTITIONS, TABLES
 from viewmill.storage.writer_lock import WriterLock
+
+if TYPE_CHECKING:
+    import polars as pl
 
 # The lake's public names; those defined in `catalog` and `writer_lock` stay importable from here.
 __all__ = [
@@ -366,6 +368,8 @@ class Lake:
         return result.to_arrow_table()
 
     def polars(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
+        import polars as pl  # not at the top: `viewmill sql` opens a lake and never needs polars
+
         return pl.from_arrow(self.arrow(sql, params))
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:

@@ -1,4 +1,5 @@
-"""Making a lake and keeping it tidy: `viewmill lake init` and `viewmill lake compact`."""
+"""Making a lake and keeping it tidy: `viewmill lake init`, `viewmill lake compact`, and the
+tidying every run does after it augments (`tidy_after_run`)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,30 @@ def pinned_versions(lake: Lake) -> set[int]:
     return {int(row[0]) for row in rows if row[0] is not None}
 
 
+def delete_unreferenced_files(lake: Lake) -> int:
+    """Delete the data files DuckLake scheduled for deletion (superseded by a merge, or only in
+    expired snapshots): no snapshot reads them. Returns how many."""
+    # In a transaction of its own: a SELECT in autocommit deletes the files but DuckLake does not
+    # commit their removal from the catalog's schedule, which then lists files that are gone.
+    with lake.transaction():
+        row = lake.con.execute(
+            f"SELECT count(*) FROM ducklake_cleanup_old_files('{CATALOG_NAME}', cleanup_all => true)"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def tidy_after_run(lake: Lake) -> int:
+    """What a run does once its augment shards have written: merge the small files chunked commits
+    left, then delete the files the merge superseded, so the data folder's raw Parquet holds each
+    current row of an appended table once (what pyarrow and Polars read). No snapshot is expired:
+    a merged file keeps each row's snapshot (`_ducklake_internal_snapshot_id`), so time travel
+    reads it instead. A query another process started before the merge may fail on a deleted
+    file; rerun it. Returns the number of files deleted."""
+    with lake.writing():  # one span: no writer commits between the merge and the cleanup
+        lake.compact()  # refuses to merge a file whose content changed since viewmill wrote it
+        return delete_unreferenced_files(lake)
+
+
 def compact_lake(lake: Lake, keep_days: float = 7.0) -> CompactReport:
     """Merge small files, expire DuckLake snapshots older than `keep_days` (never the current one
     nor a pinned one), and delete the data files no kept snapshot references, so that the
@@ -66,13 +91,11 @@ def compact_lake(lake: Lake, keep_days: float = 7.0) -> CompactReport:
         expire = [int(row[0]) for row in candidates if int(row[0]) not in pinned and int(row[0]) != current]
         if expire:
             lake.con.execute(f"CALL ducklake_expire_snapshots('{CATALOG_NAME}', versions => ?)", [expire])
-        deleted = lake.con.execute(
-            f"SELECT count(*) FROM ducklake_cleanup_old_files('{CATALOG_NAME}', cleanup_all => true)"
-        ).fetchone()
+        deleted = delete_unreferenced_files(lake)
     return CompactReport(
         files_before=before,
         files_after=len(data_files(lake.data_path)),
         expired_snapshots=expire,
-        deleted_files=int(deleted[0]) if deleted else 0,
+        deleted_files=deleted,
         pinned=sorted(pinned),
     )

@@ -17,6 +17,8 @@ from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
 
+from viewmill.spelling import did_you_mean
+
 T = TypeVar("T")
 
 
@@ -81,7 +83,7 @@ class Registry(Generic[T]):
         elif name in plugins:
             reference, loader = plugins[name].value, lambda _ref: plugins[name].load()
         else:
-            raise RegistryError(f"unknown {self.kind} '{name}': use one of {', '.join(self.names())}")
+            raise RegistryError(self.unknown(name))
         try:
             value = loader(reference)
         except Exception as exc:
@@ -101,3 +103,8 @@ class Registry(Generic[T]):
 
     def help(self) -> str:
         return ", ".join(self.names())
+
+    def unknown(self, name: str) -> str:
+        """The message for a name this registry lacks: the close ones, then every one."""
+        names = self.names()
+        return f"unknown {self.kind} '{name}'{did_you_mean(name, names)}: use one of {', '.join(names)}"

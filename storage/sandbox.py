@@ -27,7 +27,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from viewmill.storage.catalog import Catalog, LakeError, redact
+from viewmill.storage.catalog import Catalog, LakeError, redact, sql_literal
 from viewmill.storage.lake import Lake
 from viewmill.storage.sandbox_check import QueryRefused, checked_query
 from viewmill.storage.sandbox_policy import CREDENTIAL_SETTINGS
@@ -76,8 +76,10 @@ def lock_down(lake: Lake, memory: str = QueryLimits.memory) -> None:
     for setting in CREDENTIAL_SETTINGS:  # httpfs copies AWS_* variables into s3_* settings on load
         if setting in present:
             con.execute(f"SET {setting} = ''")
-    con.execute("SET allowed_directories = ?", [_data_directories(lake.data_path)])
-    con.execute("SET memory_limit = ?", [memory.strip()])
+    # Literals, not parameters: a list parameter makes DuckDB import pandas (0.2 s of every `viewmill sql`).
+    directories = ", ".join(sql_literal(folder) for folder in _data_directories(lake.data_path))
+    con.execute(f"SET allowed_directories = [{directories}]")
+    con.execute(f"SET memory_limit = {sql_literal(memory.strip())}")
     settings = {
         "temp_directory": "''", "autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
         "allow_community_extensions": "false", "allow_unredacted_secrets": "false",
@@ -130,7 +132,7 @@ def _private_catalog(spec: Catalog, scratch: Path, given: str | None) -> str | N
             ) from None
         raise LakeError(
             f"cannot read the lake catalog {source}: {exc}; check it with `viewmill lake verify`, or restore it "
-            "from a backup (README, 'Backing up, moving and checking a lake')"
+            "from a backup (docs/operations.md, 'Backing up, moving and checking a lake')"
         ) from None
     return f"sqlite:{copy}"
 

@@ -29,28 +29,32 @@ def small_lake(root: Path, n: int = 3, catalog: str | None = None) -> Path:
     return root
 
 
-def paired_lake(root: Path, n: int = 6, chunks: int = 3) -> str:
-    """A lake of `n` sentences with a kept view from augmenters A and B each, committed in
-    `chunks` commits (so views has several files: view texts are "view A of s0" ...), and one
-    pairs snapshot of them; returns the snapshot's name."""
+def seed_views(lake: Lake, n: int = 6, chunks: int = 3) -> str:
+    """`n` sentences with a kept view from augmenters A and B each, committed in `chunks`
+    commits (so views has several files: view texts are "view A of s0" ...); returns the
+    corpus version."""
     from viewmill.storage.schema import VIEWS
     from viewmill.storage.snapshots import record_corpus_version
 
     ids = [f"s{i}" for i in range(n)]
+    for part in range(chunks):
+        mine = ids[part::chunks]
+        sentences = [{"corpus": "c", "sentence_id": s, "text": f"text {s}", "lang": "en"} for s in mine]
+        views = [
+            {"view_id": f"{aug}-{s}", "sentence_id": s, "augmenter": aug, "config_hash": f"h{aug}",
+             "text": f"view {aug} of {s}", "lang": "en", "status": "kept"}
+            for s in mine for aug in ("A", "B")
+        ]  # fmt: skip
+        with lake.transaction():
+            lake.append("sentences", pa.Table.from_pylist(sentences, schema=SENTENCES))
+            lake.append("views", pa.Table.from_pylist(views, schema=VIEWS))
+    return record_corpus_version(lake, "c", ids, run_id="seed")
+
+
+def paired_lake(root: Path, n: int = 6, chunks: int = 3) -> str:
+    """A `seed_views` lake and one pairs snapshot of it; returns the snapshot's name."""
     with Lake(root) as lake:
-        for part in range(chunks):
-            mine = ids[part::chunks]
-            sentences = [{"corpus": "c", "sentence_id": s, "text": f"text {s}", "lang": "en"} for s in mine]
-            views = [
-                {"view_id": f"{aug}-{s}", "sentence_id": s, "augmenter": aug, "config_hash": f"h{aug}",
-                 "text": f"view {aug} of {s}", "lang": "en", "status": "kept"}
-                for s in mine for aug in ("A", "B")
-            ]  # fmt: skip
-            with lake.transaction():
-                lake.append("sentences", pa.Table.from_pylist(sentences, schema=SENTENCES))
-                lake.append("views", pa.Table.from_pylist(views, schema=VIEWS))
-        version = record_corpus_version(lake, "c", ids, run_id="seed")
-        return pair_views(lake, version).name
+        return pair_views(lake, seed_views(lake, n, chunks)).name
 
 
 def pair_views(lake: Lake, version: str):

@@ -1,5 +1,5 @@
-"""Every shell and SQL block of README.md runs, against a lake this module builds, so the
-README cannot drift from what viewmill does.
+"""Every shell and SQL block of README.md and docs/*.md runs, against a lake this module
+builds, so the documentation cannot drift from what viewmill does.
 
 A block that needs what a test cannot have here (a GPU, the network, a long run, a server)
 carries an HTML comment on the line right before its fence, saying why:
@@ -12,11 +12,13 @@ or when a query in it prints `0 row(s)`: every documented query returns rows. A 
 without a language fails too (label it, e.g. `text`, so its kind is known).
 
 The lake is built once, with the tiny recipe of tests/conftest.py (real Apertium round
-trips, a tiny random-weight encoder), and the README's names are replaced before a block
+trips, a tiny random-weight encoder), and the documents' names are replaced before a block
 runs: `recipes/demo.yaml` by that recipe, `.viewmill/` by the lake's state folder,
-SNAPSHOT by its pairs snapshot and MODEL by its trained model. Blocks run in README
-order in a scratch folder that links the repository's top-level entries (`.venv`,
-`recipes`, ...), so files they write stay out of the checkout.
+SNAPSHOT by its pairs snapshot and MODEL by its trained model. Blocks run document by
+document (README.md first, then docs/ by name), each in its own order, in a scratch folder
+that links the repository's top-level entries (`.venv`, `recipes`, ...), so files they
+write stay out of the checkout. Relative links between the documents must name a file that
+exists and, with `#anchor`, one of its headings, so moving a section cannot strand a link.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -34,6 +37,7 @@ from viewmill.pipelines.state import StatePaths
 from tests.conftest import REPO, needs_apertium, write_tiny_recipe
 
 README = REPO / "README.md"
+DOCUMENTS = [README, *sorted((REPO / "docs").glob("*.md"))]
 SHELLS = {"bash", "sh", "shell", "console"}
 RUNNABLE = SHELLS | {"sql"}
 SKIP = re.compile(r"^<!--\s*skip-test:\s*(?P<reason>\S.*?)\s*-->$")
@@ -48,7 +52,7 @@ class Block:
     skip: str | None  # the reason, when the block is marked
 
 
-def readme_blocks(text: str) -> list[Block]:
+def readme_blocks(text: str, name: str = "README.md") -> list[Block]:
     """Every fenced block of a Markdown text, with the skip-test reason written right before it."""
     lines = text.splitlines()
     blocks, i = [], 0
@@ -60,7 +64,7 @@ def readme_blocks(text: str) -> list[Block]:
         close = re.compile(rf"^\s*{re.escape(opening['fence'])}\s*$")
         end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), None)
         if end is None:
-            raise ValueError(f"README.md line {i + 1}: a fenced block that never closes")
+            raise ValueError(f"{name} line {i + 1}: a fenced block that never closes")
         before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         marked = SKIP.match(before)
         body = "\n".join(line.removeprefix(opening["indent"]) for line in lines[i + 1 : end])
@@ -69,13 +73,95 @@ def readme_blocks(text: str) -> list[Block]:
     return blocks
 
 
-BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+def _name(path) -> str:
+    return path.relative_to(REPO).as_posix()
 
 
-def test_the_readme_has_runnable_blocks_and_every_fence_says_its_language():
-    unlabeled = [b.line for b in BLOCKS if not b.lang]
-    assert not unlabeled, f"README.md: fenced blocks without a language at lines {unlabeled}"
-    assert sum(b.lang in RUNNABLE and b.skip is None for b in BLOCKS) >= 5
+BLOCKS = {_name(doc): readme_blocks(doc.read_text(encoding="utf-8"), _name(doc)) for doc in DOCUMENTS}
+
+
+def _runs(blocks: list[Block]) -> int:
+    return sum(b.lang in RUNNABLE and b.skip is None for b in blocks)
+
+
+@pytest.mark.parametrize("name", list(BLOCKS))
+def test_every_fence_says_its_language(name):
+    unlabeled = [b.line for b in BLOCKS[name] if not b.lang]
+    assert not unlabeled, f"{name}: fenced blocks without a language at lines {unlabeled}"
+
+
+def test_the_readme_and_the_docs_have_runnable_blocks():
+    assert len(BLOCKS) > 1, "docs/*.md were not found"
+    assert _runs(BLOCKS["README.md"]) >= 3, "the README's first steps run"
+    assert sum(_runs(blocks) for blocks in BLOCKS.values()) >= 15
+
+
+def test_the_readme_keeps_the_quick_start_contract():
+    """`./quickstart.sh demo` runs the main job on the embedded default, `./quickstart.sh test` the
+    tests (.ci/run calls it): both stay in the README, where a newcomer starts."""
+    quick_start = next(b for b in BLOCKS["README.md"] if "./quickstart.sh" in b.text)
+    assert "./quickstart.sh demo" in quick_start.text and "./quickstart.sh test" in quick_start.text
+    assert "./quickstart.sh test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+
+
+LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation but `-` and `_` dropped, spaces as `-`."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(text: str) -> Iterator[str]:
+    seen: dict[str, int] = {}
+    for line in _prose(text).splitlines():
+        heading = re.match(r"^#{1,6}\s+(.*?)\s*#*$", line)
+        if heading:
+            slug = github_anchor(heading[1])
+            seen[slug] = seen.get(slug, -1) + 1
+            yield slug if not seen[slug] else f"{slug}-{seen[slug]}"
+
+
+def _prose(text: str) -> str:
+    """The text without its fenced blocks and HTML comments, which hold no links or headings."""
+    kept, fence = [], None
+    for line in re.sub(r"<!--.*?-->", "", text, flags=re.S).splitlines():
+        opening = FENCE.match(line)
+        if fence is None and opening:
+            fence = re.compile(rf"^\s*{re.escape(opening['fence'])}\s*$")
+        elif fence is not None and fence.match(line):
+            fence = None
+        elif fence is None:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def test_github_anchors_are_computed_as_github_does():
+    assert github_anchor("Which views help: `viewmill views report`") == "which-views-help-viewmill-views-report"
+    assert github_anchor("Overriding settings: `--set`") == "overriding-settings---set"
+    assert list(_anchors("# A\n```bash\n# not a heading\n```\n## A\n")) == ["a", "a-1"]
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS, ids=_name)
+def test_relative_links_reach_a_file_and_a_heading(doc):
+    broken = []
+    for link in LINK.finditer(_prose(doc.read_text(encoding="utf-8"))):
+        target = link["target"]
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        file = (doc.parent / path).resolve() if path else doc
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in set(_anchors(file.read_text(encoding="utf-8"))):
+            broken.append(f"{target}: no heading with that anchor in {_name(file)}")
+    assert not broken, f"{_name(doc)}: " + "; ".join(broken)
+
+
+def test_the_readme_links_every_page_of_docs():
+    readme = README.read_text(encoding="utf-8")
+    unlinked = [_name(doc) for doc in DOCUMENTS[1:] if f"({_name(doc)}" not in readme]
+    assert not unlinked, f"README.md does not link {unlinked}"
 
 
 def test_block_discovery_reads_marks_languages_and_indented_fences():
@@ -129,14 +215,15 @@ def _environment(state: StatePaths) -> dict[str, str]:
 
 @needs_apertium
 @pytest.mark.parametrize(
-    "block",
+    ("name", "block"),
     [
-        pytest.param(b, id=f"line-{b.line}", marks=pytest.mark.skip(reason=b.skip) if b.skip else ())
-        for b in BLOCKS
+        pytest.param(name, b, id=f"{name}:line-{b.line}", marks=pytest.mark.skip(reason=b.skip) if b.skip else ())
+        for name, blocks in BLOCKS.items()
+        for b in blocks
         if b.lang in RUNNABLE
     ],
 )
-def test_readme_block_runs(block, readme_lake):
+def test_readme_block_runs(name, block, readme_lake):
     state, names, scratch = readme_lake
     body = substitute(block.text, names)
     shell = ["bash", "-c", "set -euo pipefail\n" + body]
@@ -144,7 +231,7 @@ def test_readme_block_runs(block, readme_lake):
     result = subprocess.run(
         command, cwd=scratch, env=_environment(state), capture_output=True, text=True, timeout=900
     )
-    where = f"README.md line {block.line} ({block.lang})"
+    where = f"{name} line {block.line} ({block.lang})"
     hint = "fix it, or mark it with <!-- skip-test: why --> if it needs a GPU, the network, a long run or a server"
     assert result.returncode == 0, f"{where} exited {result.returncode}: {hint}\n{body}\n---\n{result.stderr[-3000:]}"
     empty = re.search(r"^0 row\(s\)$", result.stdout, re.M)

@@ -69,7 +69,7 @@ class TrainConfig(BaseModel):
     @classmethod
     def _registered(cls, objective: str) -> str:
         if objective not in OBJECTIVES:
-            raise ValueError(f"unknown objective '{objective}': use one of {OBJECTIVES.help()}")
+            raise ValueError(OBJECTIVES.unknown(objective))
         return objective
 
     @model_validator(mode="after")

@@ -179,9 +179,9 @@ def test_unknown_names_list_what_is_registered(plugin):
     )
     with pytest.raises(RecipeError) as err:
         load_recipe(recipe)
-    assert "corpus.format: Value error, unknown corpus format 'tsv': use one of text, book" in str(err.value)
+    assert "corpus.format: unknown corpus format 'tsv' (did you mean 'csv'?): use one of text, book" in str(err.value)
     methods = "backtranslation, forward, identity, synonym, mlm, entailment, shout"
-    assert f"augmenters.0: method must be one of {methods}" in str(err.value)
+    assert f"augmenters.0: unknown augmenter method 'yell': use one of {methods}" in str(err.value)
 
 
 def test_a_plugin_that_takes_a_builtin_name_is_refused(tmp_path, monkeypatch):

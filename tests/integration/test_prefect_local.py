@@ -15,39 +15,17 @@ import pytest
 from viewmill.pipelines import local_server
 
 from tests.conftest import REPO, needs_apertium
+from tests.integration.servers import prefect_server
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "viewmill.pipelines.cli"]
 
 
-def _wait_healthy(api: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        if local_server.healthy(api, timeout=2):
-            return
-        assert process.poll() is None, "the Prefect server exited"
-        time.sleep(1)
-    pytest.fail("the Prefect server did not start within 240 s")
-
-
 @pytest.fixture(scope="module")
 def team_server(tmp_path_factory):
     """A plain `prefect server start` on loopback: the team's server."""
-    home = tmp_path_factory.mktemp("team-server")
-    port = local_server._free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
-    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    api = f"http://127.0.0.1:{port}/api"
-    try:
-        _wait_healthy(api, server)
+    with prefect_server(tmp_path_factory.mktemp("team-server")) as api:
         yield api
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
 
 
 def _user_env(tmp_path, api: str) -> dict[str, str]:
@@ -78,9 +56,10 @@ def test_runs_reach_the_server_the_profile_names(tmp_path, tiny_recipe, team_ser
     assert not (state / "prefect" / "server.json").exists(), "no temporary server was started"
 
 
-def test_deploy_applies_prefect_yaml_with_its_gpu_limit_and_pools(tmp_path, team_server):
+def test_deploy_applies_the_images_prefect_yaml_with_its_gpu_limit_and_pools(tmp_path, team_server):
     env = _user_env(tmp_path, team_server)
-    deployed = subprocess.run([*CLI, "deploy"], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    deployed = subprocess.run([*CLI, "deploy", "--prefect-file", "prefect.yaml"], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
     assert "created work pool viewmill-cpu" in deployed.stderr and "created with 1" in deployed.stderr
     found = httpx.post(f"{team_server}/deployments/filter", json={}, timeout=10).json()

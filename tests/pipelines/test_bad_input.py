@@ -314,7 +314,7 @@ def test_a_recipe_name_too_long_for_a_file_name_is_refused_before_anything_runs(
     result, out = _run(state, recipe)
     assert result.exit_code == 2
     assert (
-        f"error: recipe {recipe} is not valid: - name: Value error, the name is 300 characters long, more than 100: "
+        f"error: recipe {recipe} is not valid: - name: the name is 300 characters long, more than 100: "
         "viewmill names files after it (models/<name>-<model id>, reports/sweep-<name>-<run>.md) and a file name "
         "may have at most 255 bytes; shorten the name"
     ) in out

@@ -274,3 +274,68 @@ def test_error_messages_print_brackets_as_written(read_lake):
     result = runner.invoke(app, ["sql", 'SELECT "[/x] [bold]" FROM views', "--state-dir", str(state.root)])
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: query failed: ") and '"[/x] [bold]"' in result.stderr
+
+
+# --- start-up, typos and help (issue 23.8, 23.11) ---
+
+HEAVY = ("torch", "transformers", "sentence_transformers", "prefect")
+PROBE = """
+import json, sys
+sys.argv = ["viewmill", *sys.argv[1:]]
+from viewmill.pipelines.cli import app
+code = None
+try:
+    app()
+except SystemExit as exc:
+    code = exc.code
+top = sorted({name.partition(".")[0] for name in sys.modules})
+print(json.dumps({"code": code, "modules": top}), file=sys.stderr)
+"""
+
+
+def _loaded_after(*args: str) -> tuple[int, set[str]]:
+    """Which top-level modules a fresh process has imported once `viewmill ARGS` is done."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=300)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    return report["code"], set(report["modules"])
+
+
+def test_version_and_sql_start_without_torch_transformers_or_prefect(tmp_path):
+    code, version = _loaded_after("--version")
+    assert code == 0 and not version & {*HEAVY, "polars", "pyarrow", "duckdb", "pydantic", "sklearn", "scipy"}, (
+        version & {*HEAVY, "polars", "pyarrow", "duckdb", "pydantic", "sklearn", "scipy"}
+    )
+    code, sql_help = _loaded_after("sql", "--help")
+    assert code == 0 and not sql_help & {*HEAVY, "polars", "sklearn", "scipy", "sacrebleu"}
+    state = tmp_path / "state"
+    assert runner.invoke(app, ["lake", "init", "--state-dir", str(state)]).exit_code == 0
+    code, sql = _loaded_after("sql", "SELECT 1", "--state-dir", str(state))
+    assert code in (0, None) and not sql & set(HEAVY), sql & set(HEAVY)
+    assert "duckdb" in sql, "the probe sees what the command imported"
+
+
+def test_mistyped_commands_and_options_are_answered_with_the_close_names():
+    command = runner.invoke(app, ["sq", "SELECT 1"], prog_name="viewmill")
+    assert command.exit_code == 2 and "No such command 'sq'. Did you mean 'sql'?" in command.stderr
+    sub = runner.invoke(app, ["lake", "verfy"], prog_name="viewmill")
+    assert sub.exit_code == 2 and "Did you mean 'verify'?" in sub.stderr
+    option = runner.invoke(app, ["sql", "SELECT 1", "--stat-dir", "x"], prog_name="viewmill")
+    assert option.exit_code == 2 and "No such option: --stat-dir" in option.stderr
+    assert "--state-dir" in option.stderr.partition("No such option: --stat-dir")[2]
+
+
+def test_version_is_a_plain_flag_and_help_reads_in_paragraphs():
+    from typer.main import get_command
+
+    wide = {"COLUMNS": "200"}
+    top = runner.invoke(app, ["-h"], prog_name="viewmill", env=wide)
+    line = next(line for line in top.stdout.splitlines() if "--version" in line)
+    assert "BOOL" not in line.upper() and "--no-version" not in line and "print the version and exit" in line
+    for path in _command_paths(get_command(app)):
+        command = get_command(app)
+        for name in path:
+            command = command.commands[name]
+        for paragraph in (command.help or "").split("\n\n"):
+            assert "\n" not in paragraph, (path, paragraph)  # the terminal wraps it, not the docstring
+    sql = runner.invoke(app, ["sql", "-h"], prog_name="viewmill", env=wide)
+    assert "one read-only query, under a time and memory limit; only the result goes to stdout" in sql.stdout

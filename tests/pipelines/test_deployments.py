@@ -9,10 +9,10 @@ runner = CliRunner()
 
 
 def test_nightly_augmentation_and_training_on_new_pairs(tmp_path, tiny_recipe):
-    from viewmill.pipelines.flows import deployments
+    from viewmill.pipelines.deploy import recipe_deployments
 
-    nightly, training = deployments(str(tiny_recipe), str(tmp_path / "state"), cron="30 1 * * *")
-    assert nightly.name == "tiny-nightly-augment" and nightly.flow_name == "viewmill-augment"
+    nightly, training = recipe_deployments(str(tiny_recipe), str(tmp_path / "state"), cron="30 1 * * *")
+    assert nightly.name == "tiny-served-nightly-augment" and nightly.flow_name == "viewmill-augment"
     assert [s.schedule.cron for s in nightly.schedules] == ["30 1 * * *"]
     assert training.flow_name == "viewmill-train" and not training.schedules
     (trigger,) = training.triggers
@@ -20,6 +20,41 @@ def test_nightly_augmentation_and_training_on_new_pairs(tmp_path, tiny_recipe):
     assert trigger.parameters["snapshot"] == "{{ event.payload.snapshot }}"
     assert trigger.parameters["recipe_path"] == str(tiny_recipe.resolve())
     assert "gpu" in training.tags, "one GPU never runs two model tasks: the gpu tag carries the concurrency limit"
+
+
+def test_worker_deployments_import_the_installed_flows_under_their_own_names(tmp_path, tiny_recipe):
+    from viewmill.pipelines.deploy import Workers, recipe_deployments
+
+    workers = Workers("cpu-pool", "gpu-pool", workdir=str(tmp_path / "work"))
+    nightly, training = recipe_deployments(tiny_recipe, tmp_path / "state", workers=workers)
+    served = recipe_deployments(tiny_recipe, tmp_path / "state")
+    assert {nightly.name, training.name} == {"tiny-nightly-augment", "tiny-train"}
+    assert not {nightly.name, training.name} & {d.name for d in served}, "serve stopping would pause deploy's"
+    # A module path: no pull step, no folder the worker must have; any install of viewmill runs it.
+    assert nightly.entrypoint == "viewmill.pipelines.flows.augment_flow" and nightly.storage is None
+    assert training.entrypoint == "viewmill.pipelines.flows.train_flow"
+    assert (nightly.work_pool_name, training.work_pool_name) == ("cpu-pool", "gpu-pool")
+    assert nightly.job_variables == {"working_dir": str(tmp_path / "work")}
+    assert nightly.paused is False, "a redeploy resumes a deployment that was paused"
+    assert nightly.parameters == {"recipe_path": str(tiny_recipe.resolve()), "state_dir": str(tmp_path / "state")}
+    (trigger,) = training.triggers
+    assert trigger.match.model_dump() == {"viewmill.recipe": "tiny"} and trigger.parameters["state_dir"] == str(
+        tmp_path / "state"
+    )
+    without = recipe_deployments(tiny_recipe, tmp_path / "state", workers=Workers())
+    assert without[0].job_variables == {} and without[0].work_pool_name == "viewmill-cpu"
+
+
+def test_deploy_needs_a_recipe_or_a_prefect_file_and_checks_the_recipe_first(tmp_path, monkeypatch):
+    import re
+
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{_closed_port()}/api")
+    neither = runner.invoke(app, ["deploy"])
+    flat = re.sub(r"[\s│╭╮╰╯─]+", " ", neither.output)
+    assert neither.exit_code == 2 and "name a recipe" in flat and "--prefect-file prefect.yaml" in flat
+    missing = runner.invoke(app, ["deploy", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2 and "recipe not found" in missing.output
+    assert "unreachable" not in missing.output, "bad input is refused before the server is asked"
 
 
 def _closed_port() -> int:

@@ -48,7 +48,7 @@ def test_recipe_flow_runs_every_stage_as_a_task(tmp_path, tiny_recipe, prefect_s
     tags = asyncio.run(task_tags())
     assert tags["train"] == ["gpu"] and tags["evaluate"] == ["gpu"] and tags["ingest"] == []
 
-    from viewmill.pipelines.flows import ensure_gpu_limit
+    from viewmill.pipelines.deploy import ensure_gpu_limit
 
     ensure_gpu_limit()
     ensure_gpu_limit()  # idempotent

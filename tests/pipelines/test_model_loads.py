@@ -76,9 +76,9 @@ def lake_use(monkeypatch):
         opens[(calling_stage(), "ro" if read_only else "rw")] += 1
         init(self, root, *args, read_only=read_only, **kwargs)
 
-    def counting_acquire(self):
+    def counting_acquire(self, *args, **kwargs):
         locks[calling_stage()] += 1
-        acquire(self)
+        acquire(self, *args, **kwargs)
 
     monkeypatch.setattr(lake_module.Lake, "__init__", counting_init)
     monkeypatch.setattr(lake_module.WriterLock, "acquire", counting_acquire)

@@ -7,33 +7,22 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
 from viewmill.storage.integrity import verify_lake
 from viewmill.storage.lake import Lake, LakeError
-from viewmill.storage.maintenance import compact_lake, init_lake
+from viewmill.storage.maintenance import compact_lake, init_lake, tidy_after_run
 from viewmill.storage.repair import repair_lake
-from viewmill.storage.schema import EVALS, SENTENCES, VIEWS
+from viewmill.storage.schema import EVALS, VIEWS
 from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, record_corpus_version
+
+from tests.lake_state import seed_views
 
 TABLES = ("sentences", "views", "pairs", "snapshots", "corpus_members")
 
 
 def _seed(lake: Lake, n: int = 6, chunks: int = 3) -> str:
-    """n sentences with a kept view from augmenters A and B each, committed in `chunks` commits
-    (so views has several files); returns the corpus version."""
-    ids = [f"s{i}" for i in range(n)]
-    for part in range(chunks):
-        mine = ids[part::chunks]
-        sentences = [{"corpus": "c", "sentence_id": s, "text": f"text {s}", "lang": "en"} for s in mine]
-        views = [
-            {"view_id": f"{aug}-{s}", "sentence_id": s, "augmenter": aug, "config_hash": f"h{aug}",
-             "text": f"view {aug} of {s}", "lang": "en", "status": "kept"}
-            for s in mine for aug in ("A", "B")
-        ]  # fmt: skip
-        with lake.transaction():
-            lake.append("sentences", pa.Table.from_pylist(sentences, schema=SENTENCES))
-            lake.append("views", pa.Table.from_pylist(views, schema=VIEWS))
-    return record_corpus_version(lake, "c", ids, run_id="seed")
+    return seed_views(lake, n, chunks)
 
 
 def _snapshot(lake: Lake, version: str):
@@ -123,6 +112,30 @@ def test_compaction_leaves_each_current_row_once_in_the_raw_parquet_and_keeps_pi
     assert duckdb.sql(f"SELECT count(*) FROM {raw}").fetchone()[0] == catalog_views == 12
     files = str(seeded / "data" / "main" / "views" / "**" / "*.parquet")
     assert pl.scan_parquet(files, hive_partitioning=False).select(pl.len()).collect().item() == catalog_views
+
+
+def test_the_tidying_after_a_run_leaves_raw_parquet_right_and_keeps_time_travel(seeded):
+    """What every run's augment finish does (no `lake compact`): merge, then delete what the
+    merge superseded. Merged files carry DuckLake's `_ducklake_internal_*` columns and later
+    commits' files do not: Polars reads the mix only with the options docs/lake.md gives."""
+    views = f"{seeded}/data/main/views/**/*.parquet"
+    with Lake(seeded) as lake:
+        pinned, counts = lake.scalar("SELECT lake_version FROM snapshots"), _counts(lake)
+        assert tidy_after_run(lake) > 0, "the merged-away files are deleted"
+        assert _counts(lake) == counts and lake.scalar(f"SELECT count(*) FROM views AT (VERSION => {pinned})") == 12
+        assert lake.scalar("SELECT count(*) FROM __ducklake_metadata_lake.ducklake_files_scheduled_for_deletion") == 0
+        assert verify_lake(lake).problems == [], "the merged files' hashes were recorded"
+        later = {"view_id": "A-late", "sentence_id": "s0", "augmenter": "A", "text": "late", "status": "kept"}
+        lake.append("views", pa.Table.from_pylist([later], schema=VIEWS))  # a plain file beside merged ones
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{views}', hive_partitioning = false)").fetchone()[0] == 13
+    assert ds.dataset(seeded / "data" / "main" / "views", format="parquet").count_rows() == 13
+    mixed = (pl.exceptions.SchemaError, pl.exceptions.ColumnNotFoundError)  # which one: the files' order
+    with pytest.raises(mixed, match="_ducklake_internal"):
+        pl.scan_parquet(views, hive_partitioning=False).collect()  # the trap the options avoid
+    documented = pl.scan_parquet(views, hive_partitioning=False, extra_columns="ignore", missing_columns="insert")
+    frame = documented.select(pl.exclude("^_ducklake_internal_.*$")).collect()
+    assert frame.height == 13 and frame.columns == VIEWS.names
+    assert sorted(frame["view_id"].to_list()) == sorted([*(f"{a}-s{i}" for a in "AB" for i in range(6)), "A-late"])
 
 
 def test_the_content_hash_covers_the_texts_training_reads(seeded):

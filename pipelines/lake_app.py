@@ -1,0 +1,60 @@
+"""The `viewmill lake` sub-app: `snapshots` and `export` here, `init`, `compact`, `verify`,
+`repair` and `attach` from `lake_cli`. Loaded only when a lake command runs or help lists it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from viewmill.pipelines import lake_cli
+from viewmill.pipelines.cli_common import (
+    HELP,
+    CatalogOption,
+    StateDir,
+    console,
+    err_console,
+    fail,
+    open_lake_read_only,
+    user_errors,
+)
+from viewmill.pipelines.output import print_table
+
+lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True, context_settings=HELP)
+
+
+@lake_app.command("snapshots")
+def snapshots(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
+    """List the named pairs snapshots."""
+    try:
+        with open_lake_read_only(state_dir, catalog) as lake:
+            table = lake.arrow(
+                "SELECT snapshot, recipe, corpus, n_pairs, lake_version, created_at, run_id "
+                "FROM snapshots ORDER BY created_at"
+            )
+    except user_errors() as exc:
+        fail(exc)
+    print_table(table, console)
+
+
+@lake_app.command("export")
+def export(
+    snapshot: Annotated[str, typer.Argument(help="snapshot name (see viewmill lake snapshots)")],
+    out: Annotated[Path, typer.Argument(help="output file, .parquet or .jsonl")],
+    fmt: Annotated[str | None, typer.Option("--format", help="parquet or jsonl (default: from the suffix)")] = None,
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """Export a pairs snapshot for other tools."""
+    from viewmill.storage.snapshots import export_snapshot
+
+    try:
+        with open_lake_read_only(state_dir, catalog) as lake:
+            n = export_snapshot(lake, snapshot, out, fmt)
+    except user_errors() as exc:
+        fail(exc)
+    err_console.print(f"wrote {n} pairs of {snapshot} to {out}", highlight=False)  # status, not a result
+
+
+# init, compact, verify, repair, attach: making, tidying, checking and mending a lake
+lake_cli.register(lake_app)

@@ -1,0 +1,183 @@
+"""Progress outside a terminal (issue 23.4): plain lines at a steady interval, into Prefect's run
+log inside a flow run, nothing for a stage with nothing to do, and no library's own tqdm bar."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+from viewmill.pipelines.cli import app
+from viewmill.pipelines.progress import INTERVAL_ENV, PlainProgress, progress_bar
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
+from viewmill.pipelines.state import StatePaths
+
+from tests.conftest import needs_apertium, write_tiny_recipe
+
+runner = CliRunner()
+PERIODIC = r"\d+/\d+ \(\d+%\), \d+\S* elapsed"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_lines_say_where_a_stage_stands():
+    clock, lines = FakeClock(), []
+    progress = PlainProgress("train bsl (10 steps)", 10, lines.append, clock=clock)
+    clock.now += 60
+    progress.advance(5, 10)
+    progress.tick()
+    clock.now += 3600
+    progress.advance(10, 10)
+    progress.close()
+    assert lines == [
+        "train bsl (10 steps): started (0/10)",
+        "train bsl (10 steps): 5/10 (50%), 1m00s elapsed, about 1m00s left",
+        "train bsl (10 steps): done, 10/10 in 1h01m",
+    ]
+
+
+def test_nothing_is_said_for_a_stage_with_nothing_to_do():
+    lines = []
+    progress = PlainProgress("augment bt shard 1/1", None, lines.append)
+    progress.advance(0, 0)  # every view of the shard was already in the lake
+    progress.tick()
+    progress.close()
+    assert lines == []
+
+
+def test_a_failed_stage_says_where_it_stopped(monkeypatch, capsys):
+    monkeypatch.setenv(INTERVAL_ENV, "60")
+    with pytest.raises(RuntimeError), progress_bar("evaluate m", total=4) as advance:
+        advance(1, 4)
+        raise RuntimeError("boom")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "evaluate m: started (0/4)" and err[-1].startswith("evaluate m: stopped at 1/4 after ")
+
+
+def test_without_a_terminal_lines_come_at_the_interval_while_a_step_is_slow(monkeypatch, capsys):
+    monkeypatch.setenv(INTERVAL_ENV, "0.05")
+    assert not sys.stderr.isatty()
+    with progress_bar("slow stage", total=2) as advance:
+        time.sleep(0.6)  # one long step (a model loading): the timer still reports
+        advance(1, 2)
+        time.sleep(0.3)
+        advance(2, 2)
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert captured.out == "" and "\r" not in captured.err and "━" not in captured.err
+    assert lines[0] == "slow stage: started (0/2)" and lines[-1].startswith("slow stage: done, 2/2 in ")
+    periodic = lines[1:-1]
+    assert len(periodic) >= 5 and all(re.fullmatch(rf"slow stage: {PERIODIC}.*", line) for line in periodic)
+    assert any(line.startswith("slow stage: 0/2 (0%)") for line in periodic), "reported during the slow step"
+    assert any(line.startswith("slow stage: 1/2 (50%)") for line in periodic)
+
+
+def test_a_terminal_gets_a_bar_but_none_for_a_stage_with_nothing_to_do(monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # rich draws for a terminal
+    with progress_bar("augment bt shard 1/2") as advance:
+        advance(0, 0)  # all cached: no 0/0 bar
+    assert capsys.readouterr().err == ""
+    with progress_bar("augment bt shard 2/2") as advance:
+        advance(0, 3)
+        advance(3, 3)
+    err = capsys.readouterr().err
+    assert "augment bt shard 2/2" in err and "3/3" in err and "started" not in err  # a bar, not plain lines
+
+
+def test_a_bad_interval_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv(INTERVAL_ENV, "often")
+    result = runner.invoke(app, ["plugins"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {INTERVAL_ENV}='often' is not a number of seconds above 0")
+
+
+@needs_apertium
+def test_a_run_without_a_terminal_prints_plain_progress_lines(tmp_path, tiny_recipe, monkeypatch):
+    monkeypatch.setenv(INTERVAL_ENV, "0.01")
+    args = ["run", str(tiny_recipe), "--no-prefect", "--state-dir", str(tmp_path / "state")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    err = result.stderr
+    train = [line for line in err.splitlines() if line.startswith("train ")]
+    assert re.fullmatch(r"train \w+ \(\d+ steps\): started \(0/\d+\)", train[0]), train
+    assert re.fullmatch(r"train \w+ \(\d+ steps\): done, (\d+)/\1 in \d+s", train[-1]), train
+    assert len(train) >= 4 and all(re.search(PERIODIC, line) for line in train[1:-1]), train
+    assert re.search(r"^augment \S+ shard 1/1: done, 20/20 in ", err, re.M)
+    assert re.search(r"^evaluate .*: done, \d+/\d+ in ", err, re.M)
+    assert "\r" not in err and "━" not in err and "Loading weights" not in err
+
+    again = runner.invoke(app, args)  # every shard's views are cached now: no 0/0 lines for them
+    assert again.exit_code == 0, again.output
+    assert "augment " not in again.stderr and "0/0" not in again.stderr
+
+
+@pytest.fixture(scope="module")
+def report_lake(tmp_path_factory, tiny_model):
+    folder = tmp_path_factory.mktemp("report-lake")
+    state = StatePaths(folder / "state")
+    run_recipe(RunContext(load_recipe(write_tiny_recipe(folder, tiny_model)), state))
+    return state
+
+
+@needs_apertium
+def test_views_report_prints_progress_and_no_library_bar(report_lake, tiny_model, tmp_path):
+    # A real process with stderr on a pipe, the hub's bar setting not inherited: what a log gets.
+    env = {k: v for k, v in os.environ.items() if not k.endswith("DISABLE_PROGRESS_BARS")}
+    env[INTERVAL_ENV] = "0.01"
+    exe = Path(sys.executable).with_name("viewmill")
+    args = [str(exe), "views", "report", "--state-dir", str(report_lake.root), "--out", str(tmp_path / "report"),
+            "--encoder", str(tiny_model), "--cosine-sample", "5"]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    assert re.search(r"^views report: cosine to source \(views\): started \(0/\d+\)$", err, re.M), err
+    assert re.search(r"^views report: cosine to source \(views\): done, (\d+)/\1 in ", err, re.M), err
+    assert re.search(r"^views report: self-BLEU \(sentences\): done, (\d+)/\1 in ", err, re.M), err
+    assert "Loading weights" not in err and "it/s" not in err and "\r" not in err
+    assert done.stdout.strip() == str(tmp_path / "report" / "report.md")
+
+
+@pytest.mark.slow
+def test_inside_a_prefect_flow_run_lines_go_to_the_run_log(prefect_server, monkeypatch):
+    import logging
+
+    from prefect import flow
+
+    monkeypatch.setenv(INTERVAL_ENV, "0.02")
+
+    class Records(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.records: list[logging.LogRecord] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.records.append(record)
+
+    @flow(name="progress-probe")
+    def probe() -> None:
+        with progress_bar("probe stage", total=2) as advance:
+            time.sleep(0.2)
+            advance(2, 2)
+
+    seen = Records()
+    run_log = logging.getLogger("prefect.flow_runs")  # what the API handler sends to the server
+    run_log.addHandler(seen)
+    try:
+        probe()
+    finally:
+        run_log.removeHandler(seen)
+    ours = [r for r in seen.records if r.getMessage().startswith("probe stage")]
+    lines = [r.getMessage() for r in ours]
+    assert lines[0] == "probe stage: started (0/2)" and lines[-1].startswith("probe stage: done, 2/2 in ")
+    assert any(re.fullmatch(rf"probe stage: {PERIODIC}.*", line) for line in lines[1:-1]), lines
+    assert all(getattr(r, "flow_run_id", None) for r in ours), "each line is tied to the flow run"
