@@ -33,7 +33,7 @@ pair: {view_a: a, view_b: b}
 def test_misspelt_field_is_named_with_the_fix(tmp_path):
     with pytest.raises(RecipeError) as err:
         load_recipe(_write(tmp_path, BASE + "train: {stpes: 10}\n"))
-    assert "train.stpes: unknown field; remove it or fix its spelling" in str(err.value)
+    assert "train.stpes: unknown field (did you mean 'steps'?); remove it or fix its spelling" in str(err.value)
 
 
 def test_pair_must_name_two_augmenters(tmp_path):
