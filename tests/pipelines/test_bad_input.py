@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 from viewmill.pipelines.cli import app
 
 from tests.lake_state import lake_state, small_lake
+from tests.tmpfs import fill, tmpfs
 
 runner = CliRunner()
 
@@ -184,16 +185,9 @@ def test_a_cuda_device_without_a_gpu_is_refused_before_anything_is_written(tmp_p
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A 4 MiB tmpfs (needs the right to mount: root in the test container)."""
-    import subprocess
-
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    yield where
-    subprocess.run(["umount", str(where)], check=True)
+    """A 4 MiB tmpfs."""
+    with tmpfs(tmp_path / "disk", "size=4m") as where:
+        yield where
 
 
 def test_a_full_disk_says_so_and_where_and_the_lake_keeps_its_last_commit(tmp_path, tiny_disk):
@@ -204,13 +198,7 @@ def test_a_full_disk_says_so_and_where_and_the_lake_keeps_its_last_commit(tmp_pa
     corpus.write_text("A man plays a guitar.\nTwo dogs run in a field.\n", encoding="utf-8")
     recipe = _recipe(tmp_path, f"{{files: [{corpus}]}}")
     filler = tiny_disk / "filler"
-    with filler.open("wb", buffering=0) as out:  # take every free byte (unbuffered: close() has nothing left to flush)
-        try:
-            while True:
-                out.write(b"\0" * 65536)
-                out.flush()
-        except OSError:
-            pass
+    fill(filler)
     result = runner.invoke(app, ["run", str(recipe), "--no-prefect", "--state-dir", str(state)])
     out = " ".join(result.output.split())
     filler.unlink()
@@ -321,22 +309,14 @@ def test_a_recipe_name_too_long_for_a_file_name_is_refused_before_anything_runs(
 
 
 def test_a_read_only_prefect_home_is_named_with_the_fix(tmp_path, state, monkeypatch):
-    import subprocess
-
     home = state / "prefect"
-    home.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(home)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here: {mounted.stderr.decode().strip()}")
     monkeypatch.delenv("PREFECT_API_URL", raising=False)  # no configured server: the state's own one
     corpus = tmp_path / "c.txt"
     corpus.write_text("A man plays a guitar.\nTwo dogs run in a field.\n", encoding="utf-8")
     before = lake_state(state / "lake")
     recipe = _recipe(tmp_path, f"{{files: [{corpus}]}}")
-    try:  # with Prefect (no --no-prefect): the state's temporary server would live in the home
+    with tmpfs(home, "size=1m,ro"):  # with Prefect: the state's temporary server would live there
         result = runner.invoke(app, ["run", str(recipe), "--state-dir", str(state)])
-    finally:
-        subprocess.run(["umount", str(home)], check=True)
     out = " ".join(result.output.split())
     assert result.exit_code == 2 and "Traceback" not in out
     assert (

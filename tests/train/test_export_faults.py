@@ -4,7 +4,6 @@ training checkpoints the rerun resumes from). Issue 21.10."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from viewmill.train.export import ExportError, export, is_complete_model
 
 from tests.conftest import SENTENCES, needs_apertium
 from tests.lake_state import lake_state
+from tests.tmpfs import fill, tmpfs
 
 SAFETENSORS_FULL = "Error while serializing: I/O error: No space left on device (os error 28)"  # its real words
 
@@ -63,25 +63,10 @@ def test_a_full_disk_while_writing_weights_is_one_message_and_the_older_export_s
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A 16 MiB tmpfs and a function that fills it (needs the right to mount: root in the test container)."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    filler = where / "filler"
-
-    def fill() -> None:
-        with filler.open("wb") as out:  # take every free byte
-            try:
-                while True:
-                    out.write(b"\0" * 65536)
-                    out.flush()
-            except OSError:
-                pass
-
-    yield where, fill, filler
-    subprocess.run(["umount", str(where)], check=True)
+    """A 16 MiB tmpfs and a function that fills it."""
+    with tmpfs(tmp_path / "disk", "size=16m") as where:
+        filler = where / "filler"
+        yield where, lambda: fill(filler), filler
 
 
 @needs_apertium
