@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from sacrebleu.metrics import CHRF
+from viewmill.augment.meaning import EXEMPT_METHODS, MeaningSpec
 
 _CHRF = CHRF()
 
@@ -51,17 +53,26 @@ class FilterSpec(BaseModel):
     max_chrf: float = Field(100.0, ge=0, le=100)
     reject_identical: bool = False
     max_repeated_ngram: int = Field(1, ge=0)
+    meaning: MeaningSpec | None = Field(None, description="cosine to the source under an encoder; near-duplicates")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_meaning(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Configuration hashes and recipe hashes from before `meaning` existed stay valid.
+        data = handler(self)
+        if self.meaning is None:
+            data.pop("meaning", None)
+        return data
 
 
 def reject_reason(view: str, quality: Quality, spec: FilterSpec, method: str = "backtranslation") -> str | None:
     """The first filter a view fails, as a short machine-readable reason; None if kept.
 
-    Identity views are the source by definition, and entailed hypotheses are written by
-    people to differ from it, so only the emptiness check applies to them.
+    Exempt methods (identity, entailment: see `EXEMPT_METHODS`) only get the emptiness check.
+    The meaning filter (`spec.meaning`) needs an encoder and runs after these (`MeaningJudge`).
     """
     if not view.strip():
         return "empty"
-    if method in ("identity", "entailment"):
+    if method in EXEMPT_METHODS:
         return None
     if spec.reject_identical and quality.identical_to_source:
         return "identical_to_source"

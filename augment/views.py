@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec, Producer, make_producer
 from viewmill.augment.cache import CacheStats
+from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
@@ -81,10 +82,17 @@ def corpus_sentences(lake: Lake, corpus: str, shard: Shard = Shard()) -> list[tu
     )
 
 
-def config_hash(spec: AugmenterSpec, filters: FilterSpec, producer: Producer) -> str:
+def config_hash(spec: AugmenterSpec, filters: FilterSpec, producer: Producer, judge: MeaningJudge | None = None) -> str:
     """What decides an augmenter's views: its spec, the filters and its engines' identities
-    (models and versions). Views, shard tasks and pairs are keyed by it."""
-    return fingerprint(spec.model_dump(), filters.model_dump(), producer.identity)
+    (models and versions), and with `filters.meaning` the judge's (the encoder's weights, the
+    earlier augmenters' configurations). Views, shard tasks and pairs are keyed by it."""
+    if (filters.meaning is None) != (judge is None):
+        raise ValueError(
+            f"augmenter {spec.name}: filters.meaning and the meaning judge go together (the augment stage "
+            "builds the judge from filters.meaning.encoder): set both or neither"
+        )
+    meaning = [judge.identity] if judge is not None else []  # absent: hashes from before the filter stay
+    return fingerprint(spec.model_dump(), filters.model_dump(), producer.identity, *meaning)
 
 
 def views_present(lake: Lake, sentence_ids: list[str], config_hash: str) -> set[str]:
@@ -108,9 +116,11 @@ def make_shard_views(
     shard: Shard = Shard(),
     chunk_size: int = 512,
     on_progress: Callable[[int, int], None] | None = None,
+    judge: MeaningJudge | None = None,
 ) -> ShardReport:
     """Make one view per sentence of the shard that lacks one from this augmenter; store it
-    with its quality signals and filter verdict.
+    with its quality signals and filter verdict (`judge`: the meaning filter's encoder, needed
+    exactly when `filters.meaning` is set).
 
     Work is committed chunk by chunk (translations, then the chunk's views), so a killed
     run resumes where it stopped and never writes a view twice.
@@ -118,13 +128,11 @@ def make_shard_views(
     """
     producer = make_producer(spec, lake)
     try:
-        config = config_hash(spec, filters, producer)
+        config = config_hash(spec, filters, producer, judge)
         sentences = corpus_sentences(lake, corpus, shard)
         present = views_present(lake, [sid for sid, _, _ in sentences], config)
         todo = [row for row in sentences if row[0] not in present]
-        report = ShardReport(
-            spec.name, config, shard=shard.index, sentences=len(sentences), reused_views=len(present)
-        )
+        report = ShardReport(spec.name, config, shard=shard.index, sentences=len(sentences), reused_views=len(present))
         if on_progress is not None:
             on_progress(0, len(todo))
         for start in range(0, len(todo), chunk_size):
@@ -134,6 +142,8 @@ def make_shard_views(
                 _view_row(spec, filters, config, sid, source, producer.lang or source_lang, view, run_id)
                 for (sid, source, source_lang), view in zip(chunk, produced, strict=True)
             ]
+            if judge is not None and filters.meaning is not None:
+                judge.apply(lake, filters.meaning, rows, [source for _, source, _ in chunk])
             with lake.transaction():
                 report.new_views += lake.append(
                     "views", pa.Table.from_pylist(rows, schema=VIEWS), unique_on=("view_id",)
@@ -186,7 +196,7 @@ def summarise(lake: Lake, corpus: str, shards: list[ShardReport]) -> AugmentRepo
         report.cache.add(part.cache)
     totals = lake.arrow(
         """
-        SELECT coalesce(v.reject_reason, 'kept') AS reason, count(*) AS n
+        SELECT coalesce(split_part(v.reject_reason, ':', 1), 'kept') AS reason, count(*) AS n
         FROM views v JOIN sentences s ON s.sentence_id = v.sentence_id AND s.corpus = ?
         WHERE v.config_hash = ? GROUP BY ALL
         """,
@@ -209,12 +219,13 @@ def make_views(
     chunk_size: int = 512,
     shards: int = 1,
     on_progress: Callable[[int, int], None] | None = None,
+    judge: MeaningJudge | None = None,
 ) -> AugmentReport:
     """Every shard of one augmenter in this process, then the augmenter's report."""
     reports = [
         make_shard_views(
             lake, corpus, spec, filters, run_id=run_id, shard=Shard(i, shards), chunk_size=chunk_size,
-            on_progress=on_progress,
+            on_progress=on_progress, judge=judge,
         )
         for i in range(shards)
     ]  # fmt: skip

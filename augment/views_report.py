@@ -4,7 +4,9 @@ are (share identical to the source, self-BLEU against the sentence's other views
 sample, as Markdown plus PNG histograms.
 
 The counts and stored quality figures are one SQL query over the lake (`stats_sql`), so
-`viewmill sql` gives the same numbers; self-BLEU and cosine are computed here.
+`viewmill sql` gives the same numbers; self-BLEU and cosine are computed here. Where the
+meaning filter ran, the cosines it stored and its thresholds are shown too (`cosine_filter_sql`,
+`viewmill.augment.meaning_report`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 from sacrebleu.metrics import BLEU
+from viewmill.augment.meaning_report import COSINE_FILTER_BODY, STORED_COSINES_BODY, CosineFilter, markdown_lines
 from viewmill.storage.lake import Lake, LakeError
 
 Key = tuple[str, str]  # (augmenter, config hash prefix)
@@ -31,6 +34,7 @@ BLEU_STEP = 500  # sentences between self-BLEU progress reports
 @contextmanager
 def no_progress(description: str, total: int | None = None) -> Iterator[Advance]:
     yield lambda done, total: None
+
 
 # Views of the snapshot's corpus version (every sentence it paired from), or of the whole lake;
 # sentences may list one text under several corpora, hence DISTINCT (one row per view).
@@ -54,8 +58,9 @@ SELECT augmenter, left(config_hash, 8) AS config, any_value(method) AS method, a
     round(avg(quality.length_ratio) FILTER (WHERE status = 'kept'), 3) AS length_ratio_mean,
     round(avg(quality.identical_to_source::INT) FILTER (WHERE status = 'kept'), 4) AS identical_share
 FROM scoped GROUP BY augmenter, config_hash ORDER BY augmenter, config"""
+# A reason's kind: "near-duplicate:<view id>" counts as near-duplicate.
 _REASONS = """
-SELECT augmenter, left(config_hash, 8) AS config, reject_reason, count(*) AS n
+SELECT augmenter, left(config_hash, 8) AS config, split_part(reject_reason, ':', 1) AS reject_reason, count(*) AS n
 FROM scoped WHERE status = 'rejected' GROUP BY ALL ORDER BY augmenter, config, n DESC, reject_reason"""
 
 
@@ -76,6 +81,12 @@ def stats_sql(snapshot: str | None = None) -> str:
 def reasons_sql(snapshot: str | None = None) -> str:
     """Per augmenter: rejected views by reason."""
     return _with_scope(_REASONS, snapshot).strip()
+
+
+def cosine_filter_sql(snapshot: str | None = None) -> str:
+    """Per augmenter judged by the meaning filter: quantiles of the stored cosine to the source,
+    and the floor, ceiling and encoder from the recipe of the run that wrote the views."""
+    return _with_scope(COSINE_FILTER_BODY, snapshot).strip()
 
 
 @dataclass
@@ -100,6 +111,7 @@ class AugmenterReport:
     length_ratio: list[float] = field(default_factory=list)
     cosine: list[float] = field(default_factory=list)
     examples: list[dict[str, str | None]] = field(default_factory=list)
+    meaning: CosineFilter | None = None  # the cosines the meaning filter stored, when it ran
 
     @property
     def label(self) -> str:
@@ -191,6 +203,7 @@ def build_report(
         reports[(r["augmenter"], r["config"])].reasons[r["reject_reason"]] = r["n"]
     for key, sample in _examples(lake, snapshot, examples).items():
         reports[key].examples = sample
+    _add_cosine_filter(lake, snapshot, reports)
 
     groups = list(_kept_views(lake, snapshot).group_by(["augmenter", "config"], maintain_order=True))
     by_sentence: dict[str, dict[Key, str]] = {}
@@ -209,6 +222,15 @@ def build_report(
         report = reports[key]
         report.self_bleu, report.self_bleu_n = round(float(np.mean(scores)), 2), len(scores)
     return ViewsReport(snapshot, list(reports.values()), encoder_name if encode is not None else None)
+
+
+def _add_cosine_filter(lake: Lake, snapshot: str | None, reports: dict[Key, AugmenterReport]) -> None:
+    """The meaning filter's stored cosines and thresholds, for the augmenters it judged."""
+    values = lake.polars(_with_scope(STORED_COSINES_BODY, snapshot))
+    by_key = {key: group["cosine"].to_list() for key, group in values.group_by(["augmenter", "config"])}
+    for row in lake.arrow(cosine_filter_sql(snapshot)).to_pylist():
+        key = (row.pop("augmenter"), row.pop("config"))
+        reports[key].meaning = CosineFilter(**row, values=by_key[key])
 
 
 def _add_cosines(reports: dict[Key, AugmenterReport], groups: list, encode: Encode, sample: int,
@@ -257,6 +279,10 @@ def to_markdown(report: ViewsReport, figures: Sequence[str] = ()) -> str:
     for r in report.augmenters:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in r.reasons.items()) or "none"
         lines.append(f"- {r.augmenter}: {reasons}")
+    judged = [r for r in report.augmenters if r.meaning is not None]
+    if judged:
+        lines += ["", "## Meaning filter: cosine to source (every view)", ""]
+        lines += [line for r in judged for line in markdown_lines(r.label, r.meaning)]
     if figures:
         lines += ["", "## Histograms (kept views)", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
     lines += ["", "## Examples", ""]

@@ -87,10 +87,23 @@ def training_markdown(train: dict[str, Any], snapshot: dict[str, Any] | None) ->
                  ("loss", f"{train['first_loss']:.4f} -> {train['last_loss']:.4f}"),
                  ("seconds", f"{train['seconds']:.1f}")]  # fmt: skip
     lines = ["| | |", "|---|---|", *(f"| {name} | {_cell(value)} |" for name, value in rows)]
-    dev = train.get("dev_evals") or []
-    if dev:
-        lines += ["", "| step | dev spearman x100 |", "|---|---|", *(f"| {s} | {v:.2f} |" for s, v in dev)]
+    lines += _dev_table(train.get("dev_evals") or [], train.get("dev_task_evals") or {})
     return "\n".join(lines) + "\n"
+
+
+def _dev_table(evals: list, per_task: dict[str, list]) -> list[str]:
+    """The dev score of each evaluated step; over several dev tasks each task's and the selection score."""
+    if not evals:
+        return []
+    if len(per_task) < 2:
+        return ["", "| step | dev spearman x100 |", "|---|---|", *(f"| {s} | {v:.2f} |" for s, v in evals)]
+    tasks = {task: dict(rows) for task, rows in per_task.items()}
+    lines = ["", "| step | " + " | ".join(_cell(task) for task in tasks) + " | selection score |",
+             "|---" * (len(tasks) + 2) + "|"]  # fmt: skip
+    for step, score in evals:
+        cells = [f"{scores[step]:.2f}" if step in scores else "" for scores in tasks.values()]
+        lines.append(f"| {step} | " + " | ".join(cells) + f" | {score:.2f} |")
+    return lines
 
 
 def _selected(step: int | None) -> str:

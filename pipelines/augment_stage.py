@@ -1,13 +1,21 @@
 """The augment stage: a plan (configuration hashes and shards), one job per augmenter and
-shard (run here, on a Prefect task runner or a Dask cluster), and each augmenter's totals."""
+shard (run here, on a Prefect task runner or a Dask cluster), and each augmenter's totals.
+
+With `filters.meaning`, the stage builds the filter's encoder (loaded once per process, at
+its first batch) and injects it into the views code as a `MeaningJudge`; an augmenter's
+near-duplicate check reads the views of the recipe's augmenters listed before it, so its
+shard job makes theirs first when they are missing (normally their own jobs ran before)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec, make_producer
+from viewmill.augment.meaning import MeaningJudge, MeaningSpec
+from viewmill.augment.models import load_once
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.views import AugmentReport, Shard, ShardReport, config_hash, make_shard_views, summarise
 from viewmill.pipelines.context import RunContext
@@ -15,13 +23,16 @@ from viewmill.pipelines.progress import progress_bar
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.maintenance import tidy_after_run
 from viewmill.storage.settings import Settings
+from viewmill.train.encoder import EncoderError, encoder_fingerprint, load_sentence_model, resolve_encoder
+
+EMBED_BATCH = 128  # texts per forward pass of the meaning encoder
 
 
 @dataclass(frozen=True)
 class AugmentPlan:
     """What augmentation will do; shard tasks are keyed by these."""
 
-    configs: dict[str, str]  # augmenter -> configuration hash (spec, filters, engines' identities)
+    configs: dict[str, str]  # augmenter -> configuration hash (spec, filters, engines', meaning judge's identities)
     shards: list[Shard]
     corpus_state: str  # a fingerprint of the corpus's sentence ids
     lake_epoch: str  # when the lake was created: a new lake never reuses cached shards
@@ -42,6 +53,7 @@ class ShardJob:
     run_id: str
     chunk_sentences: int
     settings: Settings
+    earlier: tuple[AugmenterSpec, ...] = ()  # with filters.meaning: the recipe's augmenters listed before spec
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for augment_shard (its Prefect task's cache key hashes them)."""
@@ -49,15 +61,38 @@ class ShardJob:
         return {**args, "shard": asdict(self.shard)}
 
 
+def meaning_judge(spec: MeaningSpec | None) -> MeaningJudge | None:
+    """The meaning filter's judge for the recipe's first augmenter (`earlier` grows after it):
+    the encoder's weights are fingerprinted now and loaded at the first batch, once per process."""
+    if spec is None:
+        return None
+    try:
+        path = resolve_encoder(spec.encoder)
+    except EncoderError as exc:
+        raise EncoderError(f"filters.meaning.encoder: {exc}") from None
+
+    def embed(texts: list[str]) -> np.ndarray:
+        model = load_once("sentence-encoder", path, "cpu", "meaning", lambda: load_sentence_model(path))
+        return model.encode(texts, batch_size=EMBED_BATCH, convert_to_numpy=True, show_progress_bar=False)
+
+    return MeaningJudge(encoder_fingerprint(path), embed)
+
+
+def _after(judge: MeaningJudge | None, earlier: list[str]) -> MeaningJudge | None:
+    return None if judge is None else replace(judge, earlier=tuple(earlier))
+
+
 def augment_plan(ctx: RunContext) -> AugmentPlan:
-    """Each augmenter's configuration hash and the shards of the corpus."""
+    """Each augmenter's configuration hash (in the recipe's order: with the meaning filter, each
+    depends on the ones before it) and the shards of the corpus."""
     recipe = ctx.recipe
+    judge = meaning_judge(recipe.filters.meaning)
     with ctx.lake(read_only=True) as lake:
-        configs = {}
+        configs: dict[str, str] = {}
         for spec in recipe.augmenters:
             producer = make_producer(spec, lake)
             try:
-                configs[spec.name] = config_hash(spec, recipe.filters, producer)
+                configs[spec.name] = config_hash(spec, recipe.filters, producer, _after(judge, list(configs.values())))
             finally:
                 producer.close()
         ids = lake.arrow(
@@ -80,16 +115,25 @@ def augment_shard(
     run_id: str,
     chunk_sentences: int = 512,
     settings: Settings | None = None,
+    earlier: tuple[AugmenterSpec, ...] = (),
 ) -> ShardReport:
     """One shard of one augmenter: runs wherever its task is scheduled (another process or
     machine), so it takes plain values and opens the lake itself. `config_hash`,
-    `corpus_state` and `lake_epoch` say what the result depends on: task caches key on them."""
+    `corpus_state` and `lake_epoch` say what the result depends on: task caches key on them.
+    The `earlier` augmenters' views of the shard are made first where missing (the meaning
+    filter's near-duplicate check reads them); only this augmenter's work is reported."""
     part = Shard(**shard)
-    label = f"augment {spec.name} shard {part.index + 1}/{part.count}"
-    with (settings or Settings()).open_lake(lake_root) as lake, progress_bar(label) as advance:
-        report = make_shard_views(
-            lake, corpus, spec, filters, run_id=run_id, shard=part, chunk_size=chunk_sentences, on_progress=advance
-        )
+    judge = meaning_judge(filters.meaning)
+    configs: list[str] = []
+    with (settings or Settings()).open_lake(lake_root) as lake:
+        for current in (*earlier, spec):
+            label = f"augment {current.name} shard {part.index + 1}/{part.count}"
+            with progress_bar(label) as advance:
+                report = make_shard_views(
+                    lake, corpus, current, filters, run_id=run_id, shard=part, chunk_size=chunk_sentences,
+                    on_progress=advance, judge=_after(judge, configs),
+                )  # fmt: skip
+            configs.append(report.config_hash)
     if report.config_hash != config_hash:
         raise RuntimeError(
             f"augmenter {spec.name} has configuration {report.config_hash[:12]} on this worker but "
@@ -101,6 +145,7 @@ def augment_shard(
 def shard_jobs(ctx: RunContext, plan: AugmentPlan) -> list[ShardJob]:
     """Every augment_shard call the plan asks for."""
     recipe = ctx.recipe
+    ordered = recipe.filters.meaning is not None  # near-duplicates are judged against earlier augmenters
     return [
         ShardJob(
             lake_root=str(ctx.state.lake),
@@ -114,8 +159,9 @@ def shard_jobs(ctx: RunContext, plan: AugmentPlan) -> list[ShardJob]:
             run_id=ctx.run_id,
             chunk_sentences=recipe.execution.chunk_sentences,
             settings=ctx.settings,
+            earlier=tuple(recipe.augmenters[:position]) if ordered else (),
         )
-        for spec in recipe.augmenters
+        for position, spec in enumerate(recipe.augmenters)
         for shard in plan.shards
     ]
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.progress import progress_bar
-from viewmill.storage.ids import dir_fingerprint, file_hash, fingerprint
+from viewmill.storage.ids import file_hash, fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import EVALS, EVALS_KEY
 from viewmill.train import suite
@@ -54,9 +54,15 @@ def task_data_hash(task: Task) -> str:
     """The bytes a task reads, how it reads them and the code that scores them: a stored
     result is reused only when all three are the same."""
     paths = [p for p in (task.path, getattr(task, "gold_path", None)) if p is not None]
-    hashes = [dir_fingerprint(p) if p.is_dir() else file_hash(p) for p in paths]
+    hashes = [_folder_hash(p) if p.is_dir() else file_hash(p) for p in paths]
     settings = task.model_dump(mode="json", exclude={"name", "path", "gold_path"})
     return fingerprint(*hashes, settings, suite.code_fingerprint())
+
+
+def _folder_hash(folder: Path) -> str:
+    """Every file under a task's folder: evaluation data has no fixed suffix (.csv, .neg, .label)."""
+    files = sorted(f for f in folder.rglob("*") if f.is_file())
+    return fingerprint(*((f.relative_to(folder).as_posix(), file_hash(f)) for f in files))
 
 
 def evaluate_stage(ctx: RunContext, models: list[EvalTarget]) -> list[EvalRow]:

@@ -40,17 +40,27 @@ def snapshots(state_dir: StateDir = None, catalog: CatalogOption = None) -> None
 @lake_app.command("export")
 def export(
     snapshot: Annotated[str, typer.Argument(help="snapshot name (see viewmill lake snapshots)")],
-    out: Annotated[Path, typer.Argument(help="output file, .parquet or .jsonl")],
-    fmt: Annotated[str | None, typer.Option("--format", help="parquet or jsonl (default: from the suffix)")] = None,
+    out: Annotated[Path, typer.Argument(help="output file, .parquet or .jsonl (a folder for --format hf)")],
+    fmt: Annotated[
+        str | None,
+        typer.Option("--format", help="parquet, jsonl, or hf: a Hugging Face datasets folder (default: the suffix)"),
+    ] = None,
+    layout: Annotated[
+        str,
+        typer.Option(
+            help="viewmill: the lake's pair columns; sentence-transformers: anchor, positive, negative "
+            "(or negative_1..negative_k), what its trainer takes"
+        ),
+    ] = "viewmill",
     state_dir: StateDir = None,
     catalog: CatalogOption = None,
 ) -> None:
-    """Export a pairs snapshot for other tools."""
+    """Export a pairs snapshot (and its hard negatives) for other tools."""
     from viewmill.storage.snapshots import export_snapshot
 
     try:
         with open_lake_read_only(state_dir, catalog) as lake:
-            n = export_snapshot(lake, snapshot, out, fmt)
+            n = export_snapshot(lake, snapshot, out, fmt, layout)
     except user_errors() as exc:
         fail(exc)
     err_console.print(f"wrote {n} pairs of {snapshot} to {out}", highlight=False)  # status, not a result

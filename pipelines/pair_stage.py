@@ -1,14 +1,22 @@
-"""The pair stage: a pairs snapshot of two view configurations, or one that exists."""
+"""The pair stage: a pairs snapshot of two view configurations (with the recipe's hard
+negatives, when it asks for them), or one that exists."""
 
 from __future__ import annotations
 
+import json
+import logging
+
 from viewmill.pipelines.context import RunContext
-from viewmill.storage.snapshots import Snapshot, create_pairs_snapshot, snapshot_info
+from viewmill.storage.lake import Lake
+from viewmill.storage.snapshots import Snapshot, create_pairs_snapshot, snapshot_info, snapshot_tables
+
+log = logging.getLogger(__name__)
 
 
 def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str], corpus_version: str) -> Snapshot:
+    negatives = ctx.recipe.pair.negatives
     with ctx.lake() as lake:
-        return create_pairs_snapshot(
+        snapshot = create_pairs_snapshot(
             lake,
             recipe=ctx.recipe.name,
             corpus=ctx.recipe.corpus_name,
@@ -16,13 +24,28 @@ def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str], corpus_vers
             config_a=config_a,
             configs_b=configs_b,
             run_id=ctx.run_id,
+            negatives=negatives,
         )
+        if negatives is not None:
+            log.info(negatives_line(lake, snapshot))
+        return snapshot
+
+
+def negatives_line(lake: Lake, snapshot: Snapshot) -> str:
+    """What the stage log says of a snapshot's hard negatives: their source, how many per
+    pair, and how many pairs were dropped for having fewer."""
+    note = json.loads(lake.scalar("SELECT negatives FROM snapshots WHERE snapshot = ?", [snapshot.name]))
+    return (
+        f"pairs snapshot {snapshot.name}: {snapshot.n_pairs} pairs with {note['per_anchor']} {note['source']} "
+        f"negative(s) each; {note['dropped']} pairs dropped for having fewer"
+    )
 
 
 def existing_snapshot(ctx: RunContext, name: str) -> Snapshot:
     """The named snapshot, for training on pairs made earlier: unknown names are refused, and so
-    is a snapshot whose pairs files changed since viewmill wrote them (before anything starts)."""
+    is a snapshot whose pairs or negatives files changed since viewmill wrote them (before
+    anything starts)."""
     with ctx.lake(read_only=True) as lake:
         snapshot = snapshot_info(lake, name)
-        lake.require_intact(("pairs",), f"train on pairs snapshot '{name}'")
+        lake.require_intact(snapshot_tables(lake, name), f"train on pairs snapshot '{name}'")
         return snapshot

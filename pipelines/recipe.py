@@ -6,10 +6,19 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from viewmill.augment.augmenters import AugmenterSpec
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.readers import NLI_FORMATS, READERS, ReadOptions
@@ -17,8 +26,10 @@ from viewmill.pipelines.messages import validation_lines
 from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
 from viewmill.storage import datasets
 from viewmill.storage.ids import canonical_json, fingerprint
+from viewmill.storage.negatives import NLI_SOURCE, NliContradictions
 from viewmill.train.config import TrainConfig
 from viewmill.train.evaluate import StsTask
+from viewmill.train.mining import MinedNegatives
 from viewmill.train.senteval import TransferTask
 from viewmill.train.suite import EvalTask
 
@@ -67,27 +78,65 @@ class CorpusSpec(BaseModel):
 
 class PairSpec(BaseModel):
     """view_a paired with view_b; a list for view_b pairs view_a with each of them (e.g. an
-    English sentence with each of its forward translations)."""
+    English sentence with each of its forward translations). `negatives` gives each pair
+    hard negatives: a premise's NLI contradictions, or texts an encoder mines."""
 
     model_config = ConfigDict(extra="forbid")
 
     view_a: str
     view_b: str | list[str]
+    negatives: Annotated[NliContradictions | MinedNegatives, Field(discriminator="source")] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_negatives(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Recipe hashes from before `negatives` existed stay valid.
+        data = handler(self)
+        if self.negatives is None:
+            data.pop("negatives", None)
+        return data
 
     @property
     def partners(self) -> list[str]:
         return [self.view_b] if isinstance(self.view_b, str) else list(self.view_b)
 
 
+class DevTask(StsTask):
+    """A dev task of model selection: an STS task and its weight in the selection score."""
+
+    weight: float = Field(1.0, gt=0, description="the task's weight in the dev tasks' weighted mean")
+
+
 class TrainSpec(TrainConfig):
     encoder: str = "embedded:all-MiniLM-L6-v2"
-    dev: StsTask | None = Field(None, description="STS data scored every eval_every steps (model selection)")
+    dev: DevTask | list[DevTask] | None = Field(
+        None, description="STS data scored every eval_every steps (model selection): one task, or a list"
+    )
+
+    @field_validator("dev", mode="before")
+    @classmethod
+    def _sts_tasks_weigh_one(cls, dev: Any) -> Any:
+        # An StsTask built in code, rather than read from a recipe, is a dev task of weight 1.
+        def lift(task: Any) -> Any:
+            return DevTask(**task.model_dump()) if isinstance(task, StsTask) and not isinstance(task, DevTask) else task
+
+        return [lift(task) for task in dev] if isinstance(dev, list) else lift(dev)
+
+    @property
+    def dev_tasks(self) -> list[DevTask]:
+        return [] if self.dev is None else [self.dev] if isinstance(self.dev, DevTask) else list(self.dev)
 
     @model_validator(mode="after")
     def _evaluate_dev_by_default(self) -> TrainSpec:
+        names = [task.name for task in self.dev_tasks]
+        if isinstance(self.dev, list) and not names:
+            raise ValueError("dev is an empty list: name at least one dev task, or remove dev")
+        if len(set(names)) != len(names):
+            raise ValueError(f"dev task names must be unique (each has its own scores), got {names}")
+        if "selection" in self.model_fields_set and not names:
+            raise ValueError("selection chooses among dev evaluations: set train.dev (one task or a list)")
         # Safe post-training: with dev data, score it every 20 steps and export the best
         # state (the start included), unless told otherwise.
-        if self.dev is not None and self.preset == "safe" and "eval_every" not in self.model_fields_set:
+        if names and self.preset == "safe" and "eval_every" not in self.model_fields_set:
             self.eval_every = min(DEFAULT_EVAL_EVERY, self.steps)
         return self
 
@@ -132,16 +181,41 @@ MAX_NAME_CHARS = 100
 
 class SweepSpec(BaseModel):
     """Training configurations run over the recipe's pairs (or the pairs each one asks for)
-    and compared; the best is chosen on one evaluation task, e.g. STS-B dev."""
+    and compared; the best is chosen on one evaluation task, e.g. STS-B dev, or on the
+    weighted mean of several."""
 
     model_config = ConfigDict(extra="forbid")
 
-    select_on: str = Field(description="the evaluate task that chooses the best configuration (a dev set)")
+    select_on: str | list[str] | dict[str, Annotated[float, Field(gt=0)]] = Field(
+        description="the evaluate task that chooses the best configuration (a dev set); a list of tasks (their "
+        "mean) or a mapping of tasks to weights (their weighted mean)"
+    )
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="every combination of these settings")
     configs: list[SweepConfig] = Field(default_factory=list, description="configurations listed one by one")
 
+    @property
+    def select_weights(self) -> dict[str, float]:
+        """Each selection task and its weight."""
+        if isinstance(self.select_on, str):
+            return {self.select_on: 1.0}
+        return dict.fromkeys(self.select_on, 1.0) if isinstance(self.select_on, list) else dict(self.select_on)
+
+    @property
+    def select_label(self) -> str:
+        """What the selection score is called in tables and the lake's `sweeps.select_task`."""
+        weights = self.select_weights
+        if isinstance(self.select_on, str):
+            return self.select_on
+        if len(set(weights.values())) == 1:
+            return f"mean({', '.join(weights)})"
+        return f"weighted mean({', '.join(f'{name}: {weight:g}' for name, weight in weights.items())})"
+
     @model_validator(mode="after")
     def _something_to_run(self) -> SweepSpec:
+        if not self.select_on:
+            raise ValueError("select_on names no task: name one evaluate task, or a list of them")
+        if isinstance(self.select_on, list) and len(set(self.select_on)) != len(self.select_on):
+            raise ValueError(f"select_on names a task twice: {self.select_on}")
         if not self.grid and not self.configs:
             raise ValueError("a sweep needs grid or configs (or both)")
         for key, values in self.grid.items():
@@ -208,14 +282,17 @@ class Recipe(BaseModel):
             raise ValueError("pair.view_a and pair.view_b must name different augmenters")
         if self.sweep is not None:
             tasks = [t.name for t in self.evaluate.tasks] if self.evaluate is not None else []
-            if self.train is None or self.sweep.select_on not in tasks:
+            unknown = [name for name in self.sweep.select_weights if name not in tasks]
+            if self.train is None or unknown:
                 raise ValueError(
-                    f"sweep.select_on '{self.sweep.select_on}' must name an evaluate task "
+                    f"sweep.select_on '{', '.join(unknown) or self.sweep.select_label}' must name an evaluate task "
                     f"({', '.join(tasks) or 'none'}) and the recipe needs a train section"
                 )
         if self.wants_nli_links and self.corpus.format not in NLI_FORMATS:
+            entailment = any(a.method == "entailment" for a in self.augmenters)
+            needs = "an entailment augmenter" if entailment else "pair.negatives (nli-contradiction)"
             raise ValueError(
-                f"an entailment augmenter needs labelled NLI data: corpus.format is '{self.corpus.format}', "
+                f"{needs} needs labelled NLI data: corpus.format is '{self.corpus.format}', "
                 f"use one of {', '.join(NLI_FORMATS)}"
             )
         return self
@@ -223,13 +300,16 @@ class Recipe(BaseModel):
     def eval_tasks(self) -> list[StsTask | TransferTask]:
         """Every evaluation the recipe reads: the evaluation tasks and the training dev set."""
         tasks = list(self.evaluate.tasks) if self.evaluate is not None else []
-        if self.train is not None and self.train.dev is not None:
-            tasks.append(self.train.dev)
+        if self.train is not None:
+            tasks += self.train.dev_tasks
         return tasks
 
     @property
     def wants_nli_links(self) -> bool:
-        return any(a.method == "entailment" for a in self.augmenters)
+        negatives = self.pair.negatives
+        return any(a.method == "entailment" for a in self.augmenters) or (
+            negatives is not None and negatives.source == NLI_SOURCE
+        )
 
     @property
     def corpus_name(self) -> str:
@@ -338,4 +418,10 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
         candidate = base / recipe.train.encoder
         if candidate.exists():
             recipe.train.encoder = str(candidate.resolve())
+    negatives = recipe.pair.negatives
+    if isinstance(negatives, MinedNegatives) and (base / negatives.encoder).exists():
+        negatives.encoder = str((base / negatives.encoder).resolve())  # a model folder beside the recipe
+    meaning = recipe.filters.meaning
+    if meaning is not None and not meaning.encoder.startswith("embedded:") and (base / meaning.encoder).exists():
+        meaning.encoder = str((base / meaning.encoder).resolve())  # a model folder beside the recipe
     return recipe

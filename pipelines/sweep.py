@@ -1,5 +1,5 @@
 """Sweeps: several training configurations over the same pairs, compared on the recipe's
-evaluation tasks, the best chosen on one (a dev set) only."""
+evaluation tasks, the best chosen on one (a dev set) only, or on the weighted mean of several."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.schema import SWEEPS
 from viewmill.storage.settings import Settings
+from viewmill.train.dev_scores import weighted_mean
 from viewmill.train.suite import bar_chart
 
 START = "start"  # the untrained encoder's row
@@ -40,22 +41,31 @@ class SweepResult:
 class SweepReport:
     sweep: str
     sweep_run: str
-    select_on: str
+    select_on: str  # the selection task's name, or the label of several tasks' (weighted) mean
     tasks: list[str]
     results: list[SweepResult] = field(default_factory=list)
     markdown: str = ""
     markdown_path: Path | None = None
     plot_path: Path | None = None
+    select_weights: dict[str, float] = field(default_factory=dict)  # each selection task's weight
+
+    def __post_init__(self) -> None:
+        self.select_weights = self.select_weights or {self.select_on: 1.0}  # one task, named by select_on
 
     @property
     def selected(self) -> SweepResult:
         return next(r for r in self.results if r.selected)
+
+    def select_value(self, values: dict[str, float]) -> float:
+        """The selection score of one configuration's (or the start's) figures."""
+        return weighted_mean(values, self.select_weights)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "sweep": self.sweep,
             "sweep_run": self.sweep_run,
             "select_on": self.select_on,
+            "select_weights": self.select_weights,
             "selected": self.selected.label,
             "results": [{"label": r.label, "model_id": r.model_id, **r.results} for r in self.results],
             "markdown_path": str(self.markdown_path),
@@ -85,13 +95,14 @@ def run_sweep(
         raise RecipeError(f"recipe {recipe_path} has no sweep section: add sweep.grid or sweep.configs")
     spec = base.sweep
     run = run or run_recipe
-    report = SweepReport(base.name, new_run_id(), spec.select_on, [t.name for t in base.evaluate.tasks])
+    tasks = [t.name for t in base.evaluate.tasks]
+    report = SweepReport(base.name, new_run_id(), spec.select_label, tasks, select_weights=spec.select_weights)
     configs = spec.expand()
     recipes = [load_recipe(recipe_path, overrides + config.overrides()) for config in configs]  # all valid first
     for config, recipe in zip(configs, recipes, strict=True):
         summary = run(RunContext(recipe, state, settings or Settings()))
         report.results.append(_result(config, summary, recipe.train.model_dump_json(exclude={"dev"})))
-    best = max(report.results, key=lambda r: r.results[spec.select_on])  # the first of equals
+    best = max(report.results, key=lambda r: report.select_value(r.results))  # the first of equals
     best.selected = True
     _record(state, report, settings or Settings())
     report.markdown = comparison_table(report)
@@ -133,7 +144,7 @@ def _record(state: StatePaths, report: SweepReport, settings: Settings) -> None:
             "snapshot": r.snapshot,
             "model_id": r.model_id,
             "select_task": report.select_on,
-            "select_value": r.results[report.select_on],
+            "select_value": report.select_value(r.results),
             "results": canonical_json(r.results),
             "selected": r.selected,
             "created_at": now,
@@ -145,16 +156,20 @@ def _record(state: StatePaths, report: SweepReport, settings: Settings) -> None:
 
 
 def comparison_table(report: SweepReport) -> str:
-    """Configurations as rows: the selection task first, then the others and their mean,
-    with the untrained start on top and the selected configuration marked."""
-    others = [t for t in report.tasks if t != report.select_on]
-    header = ["configuration", "settings", f"{report.select_on} (selects)", *others, "mean of others", "vs start"]
+    """Configurations as rows: the selection task(s) first (several: then their selection
+    score), then the others and their mean, with the untrained start on top and the selected
+    configuration marked."""
+    chosen = list(report.select_weights)
+    others = [t for t in report.tasks if t not in chosen]
+    selects = [f"{chosen[0]} (selects)"] if len(chosen) == 1 else [*chosen, f"{report.select_on} (selects)"]
+    header = ["configuration", "settings", *selects, *others, "mean of others", "vs start"]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     start = report.results[0].start
     start_mean = float(np.mean([start[t] for t in others])) if others and start else None
 
     def cells(values: dict[str, float]) -> list[str]:
-        return [f"{values[report.select_on]:.2f}"] + [f"{values[t]:.2f}" for t in others]
+        score = [] if len(chosen) == 1 else [report.select_value(values)]
+        return [f"{v:.2f}" for v in [*(values[t] for t in chosen), *score, *(values[t] for t in others)]]
 
     if start:
         mean = f"{start_mean:.2f}" if start_mean is not None else "-"

@@ -10,16 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from viewmill.pipelines.context import RunContext
+from viewmill.pipelines.eval_stage import task_data_hash
 from viewmill.pipelines.progress import progress_bar
-from viewmill.pipelines.recipe import TrainSpec
-from viewmill.storage.ids import file_hash, fingerprint
+from viewmill.pipelines.recipe import DevTask, TrainSpec
+from viewmill.storage.ids import fingerprint
+from viewmill.storage.lake import Lake
 from viewmill.storage.schema import MODELS
 from viewmill.storage.snapshots import read_pairs
 from viewmill.train import distributed
 from viewmill.train.card import base_license, corpus_datasets
+from viewmill.train.dev_scores import DevResult
 from viewmill.train.encoder import encoder_fingerprint, resolve_encoder
-from viewmill.train.evaluate import StsTask, concatenated, load_task, model_spearman_x100
+from viewmill.train.evaluate import EvalDataError, StsData, concatenated, load_task, model_scores
 from viewmill.train.export import (
     MANIFEST,
     crash_point,
@@ -29,6 +33,7 @@ from viewmill.train.export import (
     reusable_export,
 )
 from viewmill.train.loop import TrainReport, train_model, training_code_fingerprint
+from viewmill.train.objectives import OBJECTIVES
 from viewmill.train.selection import DevScore
 
 
@@ -47,11 +52,12 @@ class TrainResult:
 
 
 def model_id_for(spec: TrainSpec, content_hash: str) -> str:
-    """What decides the model: pairs, config, base model, dev data (selection) and training code."""
+    """What decides the model: pairs, config (the selection rule included), base model, every dev
+    task (name, weight, settings, the bytes it reads, its scoring code) and training code."""
     base = resolve_encoder(spec.encoder)
     config = spec.model_dump(exclude={"encoder", "dev"})
-    dev_hash = file_hash(spec.dev.path) if spec.dev is not None else None
-    return fingerprint(content_hash, config, encoder_fingerprint(base), dev_hash, training_code_fingerprint())
+    dev = [(task.name, task.weight, task_data_hash(task)) for task in spec.dev_tasks]
+    return fingerprint(content_hash, config, encoder_fingerprint(base), dev, training_code_fingerprint())
 
 
 def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> TrainResult:
@@ -85,16 +91,36 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
     spec = ctx.recipe.train
     assert spec is not None
     base = resolve_encoder(spec.encoder)
+    purpose = f"train on pairs snapshot '{snapshot}'"
     with ctx.lake(read_only=True) as lake:
-        table = read_pairs(lake, snapshot, purpose=f"train on pairs snapshot '{snapshot}'")
+        table = read_pairs(lake, snapshot, purpose=purpose)  # with its hard negatives, where it has them
+        if OBJECTIVES.get(spec.objective).needs_source:
+            table = with_sources(lake, table, purpose)
     card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id,
             "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
             "corpus_datasets": corpus_datasets(ctx.recipe.corpus.format, ctx.recipe.corpus.files),
-            "dev_task": spec.dev.name if spec.dev is not None else None}  # fmt: skip
-    keys, dev = table["sentence_id"].to_pylist(), _dev_scorer(spec.dev)
+            "dev_task": ", ".join(task.name for task in spec.dev_tasks) or None}  # fmt: skip
+    keys, dev = table["sentence_id"].to_pylist(), _dev_scorer(spec.dev_tasks)
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
         return train_model(table, base, spec, staged, card=card, keys=keys,
                            on_step=lambda step, _: advance(step, spec.steps), dev=dev)  # fmt: skip
+
+
+def with_sources(lake: Lake, pairs: pa.Table, purpose: str) -> pa.Table:
+    """`pairs` with `text_source`, the text of each pair's sentence (the lake's `sentences`)."""
+    lake.require_intact(("sentences",), purpose)
+    with lake.with_keys("_pair_sentences", pairs.select(["sentence_id"])):
+        # min: one text per id, whichever corpora ingested the sentence
+        found = lake.arrow("SELECT sentence_id, min(text) AS text FROM sentences WHERE sentence_id IN "
+                           "(SELECT sentence_id FROM _pair_sentences) GROUP BY sentence_id")  # fmt: skip
+    where = pc.index_in(pairs["sentence_id"], value_set=found["sentence_id"])
+    if where.null_count:
+        missing = pairs["sentence_id"].filter(pc.is_null(where))[0]
+        raise ValueError(
+            f"{where.null_count} pairs name sentences the lake's sentences table lacks (e.g. {missing}): the lake "
+            "is incomplete; run `viewmill lake verify`, or train with an objective that does not read sources"
+        )
+    return pairs.append_column("text_source", found["text"].take(where))
 
 
 def _publish_model(ctx: RunContext, staged: Path, out_dir: Path, model_id: str) -> None:
@@ -113,8 +139,19 @@ def _publish_model(ctx: RunContext, staged: Path, out_dir: Path, model_id: str) 
         staged.rename(out_dir)
 
 
-def _dev_scorer(task: StsTask | None) -> DevScore | None:
-    if task is None:
+def _dev_scorer(tasks: list[DevTask]) -> DevScore | None:
+    """Each dev task's score (sentence-transformers' own evaluator; a text shared by several
+    tasks encoded once per evaluation) and their weighted mean, the selection score."""
+    if not tasks:
         return None
-    data = concatenated(load_task(task))
-    return lambda model: model_spearman_x100(model, data)  # sentence-transformers' own evaluator
+    sets = {task.name: _dev_data(task) for task in tasks}
+    weights = {task.name: task.weight for task in tasks}
+    return lambda model: DevResult.of(model_scores(model, sets), weights)
+
+
+def _dev_data(task: DevTask) -> StsData:
+    subsets = load_task(task)
+    skipped = [data.skipped for data in subsets.values() if data.skipped]
+    if skipped:
+        raise EvalDataError(f"dev task {task.name} cannot be scored: {skipped[0]}; choose another dev task")
+    return concatenated(subsets)

@@ -11,7 +11,7 @@ from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.state import StatePaths
 
 if TYPE_CHECKING:
-    from viewmill.augment.views_report import Encode
+    from viewmill.augment.views_report import AugmenterReport, Encode
 
 views_app = typer.Typer(help="Inspect the augmented views.", no_args_is_help=True, context_settings=HELP)
 
@@ -30,6 +30,27 @@ def _encoder(ref: str) -> Encode:
         return loaded[0].encode(texts, batch_size=128, convert_to_numpy=True, show_progress_bar=False)
 
     return encode
+
+
+def _print_augmenter(r: AugmenterReport) -> None:
+    """One augmenter's counts and reasons, and the meaning filter's cosines drawn against its
+    floor and ceiling (rejected bins in red)."""
+    from rich.text import Text
+    from viewmill.augment.meaning_report import summary_line, text_histogram
+
+    err_console.print(
+        f"{r.augmenter:>16} {r.path:<12} kept {r.kept:>6} rejected {r.rejected:>6}  chrF {r.chrf_mean}  "
+        f"self-BLEU {r.self_bleu}  cosine {r.cosine_mean}",
+        highlight=False,
+    )
+    if r.reasons:
+        err_console.print(f"{'':>17}rejected: " + ", ".join(f"{k}: {n}" for k, n in r.reasons.items()), markup=False)
+    if r.meaning is None:
+        return
+    err_console.print(Text(f"{'':>17}meaning filter, cosine to source: {summary_line(r.meaning)}"))
+    for line in text_histogram(r.meaning):
+        style = "yellow" if line.lstrip().startswith("──") else "red" if "✗" in line else None
+        err_console.print(Text(f"{'':>17}{line}", style=style or ""))
 
 
 @views_app.command()
@@ -54,11 +75,13 @@ def report(
     catalog: CatalogOption = None,
 ) -> None:
     """Per augmenter: kept/rejected with reasons, chrF, length ratio, share identical, self-BLEU, cosine to the
-    source, examples; Markdown plus PNG histograms in --out."""
-    from viewmill.augment.views_report import build_report, reasons_sql, stats_sql, write_report
+    source, the meaning filter's stored cosines against its floor and ceiling, examples; Markdown plus PNG
+    histograms in --out."""
+    from viewmill.augment.views_report import build_report, cosine_filter_sql, reasons_sql, stats_sql, write_report
 
     if sql:
-        console.print(f"{stats_sql(snapshot)};\n\n{reasons_sql(snapshot)};", highlight=False, markup=False)
+        queries = (stats_sql(snapshot), reasons_sql(snapshot), cosine_filter_sql(snapshot))
+        console.print(";\n\n".join(queries) + ";", highlight=False, markup=False)
         return
     encode = _encoder(encoder) if cosine_sample else None
     with load_settings(catalog).open_lake(StatePaths.resolve(state_dir).lake, read_only=True) as lake:
@@ -66,9 +89,5 @@ def report(
                               examples=examples, progress=progress_bar)  # fmt: skip
     path = write_report(result, out)
     for r in result.augmenters:
-        err_console.print(
-            f"{r.augmenter:>16} {r.path:<12} kept {r.kept:>6} rejected {r.rejected:>6}  chrF {r.chrf_mean}  "
-            f"self-BLEU {r.self_bleu}  cosine {r.cosine_mean}",
-            highlight=False,
-        )
+        _print_augmenter(r)
     console.print(str(path), highlight=False, markup=False)

@@ -18,7 +18,7 @@ from viewmill.storage.lake_files import (
     stray_files,
 )
 from viewmill.storage.schema import TABLES
-from viewmill.storage.snapshots import legacy_content_hash, pairs_content_hash
+from viewmill.storage.snapshots import legacy_content_hash, pairs_content_hash, stored_negatives
 
 DAMAGE = ("missing", "unreadable", "size", "rows", "content")  # a file whose rows cannot be trusted
 
@@ -84,18 +84,20 @@ def check_file(lake: Lake, entry: CatalogFile, records: HashRecords, *, quick: b
 
 
 def check_snapshots(lake: Lake, report: VerifyReport) -> None:
-    """Every named pairs snapshot still holds n_pairs pairs whose content hash is the recorded one."""
+    """Every named pairs snapshot still holds n_pairs pairs whose content hash (with its hard
+    negatives, where it has them) is the recorded one."""
     for name, recipe, n_pairs, recorded in lake.con.execute(
         "SELECT snapshot, recipe, n_pairs, content_hash FROM snapshots ORDER BY snapshot"
     ).fetchall():
         try:
             pairs = lake.arrow("SELECT * FROM pairs WHERE snapshot = ?", [name])
+            negatives = stored_negatives(lake, name)  # None: a snapshot without hard negatives
         except Exception as exc:  # any read failure is this snapshot's problem
             report.problems.append(Problem("snapshot", "pairs", name, f"pairs cannot be read ({exc})"))
             continue
         if pairs.num_rows != n_pairs:
             report.problems.append(Problem("snapshot", "pairs", name, f"{pairs.num_rows} pairs, recorded {n_pairs}"))
-        elif pairs_content_hash(recipe, pairs) != recorded:
+        elif pairs_content_hash(recipe, pairs, negatives) != recorded:
             if legacy_content_hash(recipe, pairs) == recorded:
                 report.legacy_snapshots.append(name)
             else:

@@ -125,6 +125,22 @@ SNAPSHOTS = pa.schema(
         ("run_id", pa.string()),
         ("created_at", TS),
         ("corpus_version", pa.string()),  # the corpus membership it pairs (see CORPUS_MEMBERS)
+        ("negatives", pa.string()),  # JSON: source, per_anchor, pairs dropped for lacking them; null: none
+    ]
+)
+
+# A snapshot's hard negatives, written with its pairs: exactly `per_anchor` rows per pair,
+# rank 1 first (the hardest, for mined ones).
+PAIR_NEGATIVES = pa.schema(
+    [
+        ("snapshot", pa.string()),
+        ("pair_id", pa.string()),
+        ("rank", pa.int32()),
+        ("sentence_id", pa.string()),  # the negative's sentence (an NLI hypothesis, or a corpus sentence)
+        ("text", pa.string()),
+        ("source", pa.string()),  # nli-contradiction | mined
+        ("miner", pa.string()),  # JSON: how it was chosen (encoder name and fingerprint, controls)
+        ("score", pa.float64()),  # cosine to the anchor under the miner's encoder; null for NLI
     ]
 )
 
@@ -232,6 +248,7 @@ TABLES: dict[str, pa.Schema] = {
     "views": VIEWS,
     "pairs": PAIRS,
     "snapshots": SNAPSHOTS,
+    "pair_negatives": PAIR_NEGATIVES,
     "corpus_versions": CORPUS_VERSIONS,
     "corpus_members": CORPUS_MEMBERS,
     "runs": RUNS,

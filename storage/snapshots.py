@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
+from viewmill.storage.files import build_dir_atomically
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.storage.lake import Lake, LakeError
+from viewmill.storage.negatives import (
+    NEGATIVE_COLUMNS,
+    NLI_SOURCE,
+    NegativesSource,
+    complete_pairs,
+    negatives_lists_sql,
+    snapshot_negatives,
+)
 from viewmill.storage.sandbox import refuse_output_in_lake
 from viewmill.storage.schema import CORPUS_VERSIONS, SNAPSHOTS
 
@@ -29,15 +41,23 @@ PAIRING_READS = ("corpus_versions", "corpus_members", "views")  # tables whose f
 HASH_BATCH = 65536  # rows per hashed block: part of the hash's definition, never change it
 
 
-def pairs_content_hash(recipe: str, pairs: pa.Table) -> str:
-    """Hash of the recipe and every pair's ids, texts and languages, in pair_id order: two
-    snapshots with the same hash hand training the same bytes."""
+def pairs_content_hash(recipe: str, pairs: pa.Table, negatives: pa.Table | None = None) -> str:
+    """Hash of the recipe and every pair's ids, texts and languages, in pair_id order, then
+    (a snapshot with hard negatives) every negative row by pair and rank: two snapshots with
+    the same hash hand training the same bytes. Without negatives, the hash snapshots always had."""
     digest = xxhash.xxh3_128(canonical_json(recipe).encode("utf-8"))
-    # One chunk first, so batch boundaries (and the hash) never depend on how the rows arrived.
-    ordered = pairs.select(list(HASHED_COLUMNS)).sort_by("pair_id").combine_chunks()
-    for batch in ordered.to_batches(max_chunksize=HASH_BATCH):
-        digest.update(canonical_json([column.to_pylist() for column in batch.columns]).encode("utf-8"))
+    _hash_rows(digest, pairs.select(list(HASHED_COLUMNS)).sort_by("pair_id"))
+    if negatives is not None:
+        digest.update(b"negatives")
+        order = [("pair_id", "ascending"), ("rank", "ascending")]
+        _hash_rows(digest, negatives.select(list(NEGATIVE_COLUMNS)).sort_by(order))
     return digest.hexdigest()
+
+
+def _hash_rows(digest: Any, ordered: pa.Table) -> None:
+    # One chunk first, so batch boundaries (and the hash) never depend on how the rows arrived.
+    for batch in ordered.combine_chunks().to_batches(max_chunksize=HASH_BATCH):
+        digest.update(canonical_json([column.to_pylist() for column in batch.columns]).encode("utf-8"))
 
 
 def legacy_content_hash(recipe: str, pairs: pa.Table) -> str:
@@ -64,19 +84,29 @@ def _candidate_pairs(lake: Lake, corpus_version: str, config_a: str, configs_b: 
 
 
 def create_pairs_snapshot(
-    lake: Lake, *, recipe: str, corpus: str, corpus_version: str, config_a: str, configs_b: list[str], run_id: str
+    lake: Lake,
+    *,
+    recipe: str,
+    corpus: str,
+    corpus_version: str,
+    config_a: str,
+    configs_b: list[str],
+    run_id: str,
+    negatives: NegativesSource | None = None,
 ) -> Snapshot:
     """Pair augmenter a's kept view of every sentence of this corpus version (exactly the
     sentences the corpus holds now, see `record_corpus_version`) with each kept view of the
-    augmenters in `configs_b`, as a named snapshot.
+    augmenters in `configs_b`, as a named snapshot; with `negatives`, each pair also gets
+    `negatives.per_anchor` hard negatives (a pair with fewer is dropped, and counted).
 
-    The name is derived from the content (ids and texts), so the same pairs always give the
-    same snapshot and an existing snapshot is never rewritten.
+    The name is derived from the content (ids and texts, and the negatives), so the same pairs
+    always give the same snapshot and an existing snapshot is never rewritten.
     """
     if not lake.scalar("SELECT count(*) FROM corpus_versions WHERE corpus_version = ?", [corpus_version]):
         raise LakeError(f"corpus version {corpus_version[:12]} of '{corpus}' is not in the lake: ingest it first")
     # What pairing reads must be what viewmill wrote: a changed file would be frozen into the snapshot.
-    lake.require_intact(PAIRING_READS, f"pair the views of corpus '{corpus}'")
+    reads = PAIRING_READS + (negatives.reads() if negatives is not None else ())
+    lake.require_intact(reads, f"pair the views of corpus '{corpus}'")
     pairs = _candidate_pairs(lake, corpus_version, config_a, configs_b)
     if pairs.num_rows == 0:
         raise LakeError(
@@ -85,16 +115,63 @@ def create_pairs_snapshot(
             'count(*) FROM views GROUP BY ALL")'
         )
     pairs = pairs.append_column("pair_id", _pair_ids(pairs))
-    content_hash = pairs_content_hash(recipe, pairs)
+    record = {"recipe": recipe, "corpus": corpus, "run_id": run_id, "corpus_version": corpus_version}
+    rows = None
+    if negatives is None:
+        content_hash = pairs_content_hash(recipe, pairs)
+    else:
+        key = negatives.reuse_key()
+        plain_hash = pairs_content_hash(recipe, pairs)
+        reused = _reusable_snapshot(lake, record, plain_hash, key)
+        if reused is not None:
+            return reused
+        pairs, rows, info = _with_negatives(lake, pairs, negatives, corpus_version)
+        record["negatives"] = canonical_json({**info, "pairs_hash": plain_hash, "reuse_key": key})
+        content_hash = pairs_content_hash(recipe, pairs, rows)
     name = f"{recipe}-{content_hash[:12]}"
     existing = lake.arrow("SELECT n_pairs, lake_version FROM snapshots WHERE snapshot = ?", [name])
     if existing.num_rows:
         return Snapshot(name, existing["n_pairs"][0].as_py(), content_hash, existing["lake_version"][0].as_py(), False)
     n = pairs.num_rows
-    record = {"snapshot": name, "recipe": recipe, "corpus": corpus, "content_hash": content_hash, "n_pairs": n,
-              "run_id": run_id, "corpus_version": corpus_version}  # fmt: skip
-    _write_snapshot(lake, pairs, record)
+    record.update(snapshot=name, content_hash=content_hash, n_pairs=n)
+    _write_snapshot(lake, pairs, record, rows)
     return Snapshot(name, n, content_hash, lake.version(), True)
+
+
+def _reusable_snapshot(lake: Lake, record: dict, pairs_hash: str, key: dict | None) -> Snapshot | None:
+    """An earlier snapshot of these pairs whose negatives an equal `key` decided (so costly
+    negatives are not computed again to learn a name that exists)."""
+    if key is None:
+        return None
+    rows = lake.arrow(
+        "SELECT * FROM snapshots WHERE recipe = ? AND corpus_version = ? ORDER BY created_at",
+        [record["recipe"], record["corpus_version"]],
+    ).to_pylist()
+    for row in rows:
+        info = json.loads(row.get("negatives") or "null")
+        if info and info["pairs_hash"] == pairs_hash and canonical_json(info["reuse_key"]) == canonical_json(key):
+            return Snapshot(row["snapshot"], row["n_pairs"], row["content_hash"], row["lake_version"], False)
+    return None
+
+
+NO_NEGATIVES_HINT = {
+    NLI_SOURCE: 'check the NLI labels (viewmill sql "SELECT label, count(*) FROM nli_pairs GROUP BY ALL")',
+}
+
+
+def _with_negatives(
+    lake: Lake, pairs: pa.Table, source: NegativesSource, corpus_version: str
+) -> tuple[pa.Table, pa.Table, dict]:
+    """The pairs that got `per_anchor` negatives, those negatives, and the snapshot's note of them."""
+    found = source.negatives(lake, pairs.select(["pair_id", "sentence_id", "text_a", "text_b"]), corpus_version)
+    kept, rows, dropped = complete_pairs(pairs, found, source.per_anchor)
+    if kept.num_rows == 0:
+        hint = NO_NEGATIVES_HINT.get(source.source, "widen range_max, or relax max_score and the margins")
+        raise LakeError(
+            f"none of the {pairs.num_rows} pairs got {source.per_anchor} {source.source} negative(s): lower "
+            f"pair.negatives.per_anchor, or {hint}"
+        )
+    return kept, rows, {"source": source.source, "per_anchor": source.per_anchor, "dropped": dropped}
 
 
 def _pair_ids(pairs: pa.Table) -> pa.Array:
@@ -103,13 +180,16 @@ def _pair_ids(pairs: pa.Table) -> pa.Array:
     return pa.array([fingerprint(s, a, b) for s, a, b in zip(*columns, strict=True)], pa.string())
 
 
-def _write_snapshot(lake: Lake, pairs: pa.Table, record: dict) -> None:
-    """The pairs under the snapshot's name, and its `snapshots` row, in one transaction."""
+def _write_snapshot(lake: Lake, pairs: pa.Table, record: dict, negatives: pa.Table | None) -> None:
+    """The pairs (and negatives) under the snapshot's name, and its `snapshots` row, in one transaction."""
     n = pairs.num_rows
     rows = pairs.append_column("recipe", pa.array([record["recipe"]] * n))
     rows = rows.append_column("snapshot", pa.array([record["snapshot"]] * n))
     with lake.transaction():
         lake.append("pairs", rows)
+        if negatives is not None:
+            named = negatives.append_column("snapshot", pa.array([record["snapshot"]] * negatives.num_rows))
+            lake.append("pair_negatives", named)
         row = {**record, "lake_version": lake.version() + 1, "created_at": datetime.now(UTC)}
         lake.append("snapshots", pa.Table.from_pylist([row], schema=SNAPSHOTS))
 
@@ -131,39 +211,83 @@ def record_corpus_version(lake: Lake, corpus: str, sentence_ids: list[str], run_
     return version
 
 
-def _require_snapshot(lake: Lake, snapshot: str) -> None:
-    if lake.scalar("SELECT count(*) FROM snapshots WHERE snapshot = ?", [snapshot]) == 0:
+def _require_snapshot(lake: Lake, snapshot: str) -> dict[str, Any]:
+    """The snapshot's `snapshots` row (a clear error naming the known ones if absent)."""
+    rows = lake.arrow("SELECT * FROM snapshots WHERE snapshot = ?", [snapshot]).to_pylist()
+    if not rows:
         known = [r[0] for r in lake.con.execute("SELECT snapshot FROM snapshots ORDER BY created_at").fetchall()]
         raise LakeError(f"no pairs snapshot named '{snapshot}' (known: {', '.join(known) or 'none'})")
+    return rows[0]
+
+
+def _per_anchor(record: dict[str, Any]) -> int:
+    """Negatives per pair of a snapshot (0: none). A lake made before negatives has no such column."""
+    note = record.get("negatives")
+    return int(json.loads(note)["per_anchor"]) if note else 0
 
 
 EXPORT_FORMATS = {"parquet": "(FORMAT parquet, COMPRESSION zstd)", "jsonl": "(FORMAT json)"}
+HF_FORMAT = "hf"  # a Hugging Face `datasets` folder (Dataset.save_to_disk)
+LAYOUTS = ("viewmill", "sentence-transformers")
+VIEWMILL_COLUMNS = "pair_id, snapshot, recipe, sentence_id, text_a, text_b, lang_a, lang_b, view_a_id, view_b_id"
 
 
-def export_snapshot(lake: Lake, snapshot: str, path: Path, fmt: str | None = None) -> int:
-    """Write a snapshot's pairs to one Parquet or JSONL file (format from `fmt` or the suffix).
+def export_snapshot(lake: Lake, snapshot: str, path: Path, fmt: str | None = None, layout: str = "viewmill") -> int:
+    """Write a snapshot's pairs to one Parquet or JSONL file, or a Hugging Face `datasets`
+    folder (`fmt` "hf"); the format comes from `fmt` or the suffix.
 
-    DuckDB streams the rows to a temporary sibling that is renamed into place, so `path`
-    is never half-written; a path inside the lake (or its catalog, however linked) is refused.
-    Returns the number of pairs.
+    `layout` "viewmill": the lake's pair columns (plus `negatives`, a list, when the snapshot
+    has them); "sentence-transformers": anchor, positive, then negative (one per pair) or
+    negative_1..negative_k, what its trainer and losses take. The file or folder appears whole
+    (written aside, then renamed); a path inside the lake (or its catalog, however linked) is
+    refused. Returns the number of pairs.
     """
     refuse_output_in_lake(path, lake.root, lake.catalog, lake.data_path)
     fmt = fmt or {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix)
-    if fmt not in EXPORT_FORMATS:
-        raise LakeError(f"cannot tell the export format of {path}: name it .parquet or .jsonl, or pass --format")
-    _require_snapshot(lake, snapshot)
+    if fmt not in (*EXPORT_FORMATS, HF_FORMAT):
+        raise LakeError(
+            f"cannot tell the export format of {path}: name it .parquet or .jsonl, or pass --format "
+            f"(parquet, jsonl, or {HF_FORMAT} for a Hugging Face datasets folder)"
+        )
+    if layout not in LAYOUTS:
+        raise LakeError(f"unknown export layout '{layout}': use {' or '.join(LAYOUTS)}")
+    record = _require_snapshot(lake, snapshot)
+    query = _export_query(snapshot, _per_anchor(record), layout)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == HF_FORMAT:
+        _save_dataset(lake, query, path)
+        return int(record["n_pairs"])
     partial = path.with_name(f".{path.name}.partial")
-    query = (
-        "SELECT pair_id, snapshot, recipe, sentence_id, text_a, text_b, lang_a, lang_b, view_a_id, view_b_id "
-        f"FROM pairs WHERE snapshot = {_literal(snapshot)} ORDER BY pair_id"
-    )
     try:
         lake.con.execute(f"COPY ({query}) TO {_literal(str(partial))} {EXPORT_FORMATS[fmt]}")
         partial.replace(path)
     finally:
         partial.unlink(missing_ok=True)
-    return int(lake.scalar("SELECT n_pairs FROM snapshots WHERE snapshot = ?", [snapshot]))
+    return int(record["n_pairs"])
+
+
+def _export_query(snapshot: str, per_anchor: int, layout: str) -> str:
+    """The pairs of one snapshot, in pair_id order, in `layout`'s columns."""
+    if layout == "viewmill":
+        columns = ", ".join(f"p.{name}" for name in VIEWMILL_COLUMNS.split(", "))
+        columns += ", n.negatives" if per_anchor else ""
+    else:
+        names = ["negative"] if per_anchor == 1 else [f"negative_{i}" for i in range(1, per_anchor + 1)]
+        negatives = "".join(f", n.negatives[{i}] AS {name}" for i, name in enumerate(names, start=1))
+        columns = f"p.text_a AS anchor, p.text_b AS positive{negatives if per_anchor else ''}"
+    joined = f"JOIN {negatives_lists_sql(_literal(snapshot))} n USING (pair_id)" if per_anchor else ""
+    return f"SELECT {columns} FROM pairs p {joined} WHERE p.snapshot = {_literal(snapshot)} ORDER BY p.pair_id"
+
+
+def _save_dataset(lake: Lake, query: str, path: Path) -> None:
+    """The query's rows as a Hugging Face `datasets` folder (Dataset.load_from_disk reads it)."""
+    from datasets import Dataset
+    from datasets.table import InMemoryTable
+
+    if path.exists() and not path.is_dir():
+        raise LakeError(f"{path} is a file: --format {HF_FORMAT} writes a folder, name one")
+    table = lake.arrow(query)
+    build_dir_atomically(path, lambda staging: Dataset(InMemoryTable(table)).save_to_disk(str(staging)), replace=True)
 
 
 def _literal(value: str) -> str:
@@ -172,16 +296,45 @@ def _literal(value: str) -> str:
 
 def snapshot_info(lake: Lake, snapshot: str) -> Snapshot:
     """A named snapshot as recorded (a clear error naming the known ones if absent)."""
-    _require_snapshot(lake, snapshot)
-    row = lake.arrow("SELECT * FROM snapshots WHERE snapshot = ?", [snapshot]).to_pylist()[0]
+    row = _require_snapshot(lake, snapshot)
     return Snapshot(row["snapshot"], row["n_pairs"], row["content_hash"], row["lake_version"], created=False)
 
 
+def snapshot_tables(lake: Lake, snapshot: str) -> tuple[str, ...]:
+    """The tables a snapshot's rows are in: `pairs`, and `pair_negatives` when it has negatives."""
+    return _tables(_per_anchor(_require_snapshot(lake, snapshot)))
+
+
+def _tables(per_anchor: int) -> tuple[str, ...]:
+    return ("pairs", "pair_negatives") if per_anchor else ("pairs",)
+
+
+def stored_negatives(lake: Lake, snapshot: str) -> pa.Table | None:
+    """The `pair_negatives` rows of a snapshot that has negatives (what its content hash
+    covers beside the pairs); None for a snapshot without."""
+    return snapshot_negatives(lake, snapshot) if _per_anchor(_require_snapshot(lake, snapshot)) else None
+
+
 def read_pairs(lake: Lake, snapshot: str, purpose: str | None = None) -> pa.Table:
-    """The pairs of a named snapshot, in a stable order; refused when a pairs file changed since
-    viewmill wrote it (`purpose` says what the refusal stopped)."""
-    _require_snapshot(lake, snapshot)
-    lake.require_intact(("pairs",), purpose or f"read pairs snapshot '{snapshot}'")
-    return lake.arrow(
-        "SELECT pair_id, sentence_id, text_a, text_b FROM pairs WHERE snapshot = ? ORDER BY pair_id", [snapshot]
+    """The pairs of a named snapshot, in a stable order (pair_id, sentence_id, text_a, text_b,
+    and for a snapshot with hard negatives `negatives`: their texts by rank, exactly
+    per_anchor per pair); refused when a pairs or negatives file changed since viewmill wrote
+    it (`purpose` says what the refusal stopped)."""
+    record = _require_snapshot(lake, snapshot)
+    per_anchor = _per_anchor(record)
+    lake.require_intact(_tables(per_anchor), purpose or f"read pairs snapshot '{snapshot}'")
+    if not per_anchor:
+        sql = "SELECT pair_id, sentence_id, text_a, text_b FROM pairs WHERE snapshot = ? ORDER BY pair_id"
+        return lake.arrow(sql, [snapshot])
+    table = lake.arrow(
+        f"SELECT p.pair_id, p.sentence_id, p.text_a, p.text_b, n.negatives FROM pairs p "
+        f"JOIN {negatives_lists_sql()} n USING (pair_id) WHERE p.snapshot = ? ORDER BY p.pair_id",
+        [snapshot, snapshot],
     )
+    lengths = pc.list_value_length(table["negatives"])
+    if table.num_rows != record["n_pairs"] or pc.any(pc.not_equal(lengths, per_anchor)).as_py():
+        raise LakeError(
+            f"pairs snapshot '{snapshot}' has {record['n_pairs']} pairs with {per_anchor} negative(s) each, but the "
+            "lake's rows differ: run `viewmill lake verify`, then `viewmill lake repair`"
+        )
+    return table.set_column(4, "negatives", table["negatives"].cast(pa.list_(pa.string())))

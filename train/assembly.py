@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch import nn
 from viewmill.train.bsl import BSL
 from viewmill.train.config import TrainConfig
+from viewmill.train.distill import AnchoredContrastive, Distill
 from viewmill.train.encoder import load_sentence_model
 from viewmill.train.objectives import ISBERT, OBJECTIVES, SGOPT, Contrastive
 
@@ -30,7 +31,11 @@ def build_objective(config: TrainConfig, sentence_model) -> tuple[nn.Module, lis
     if config.objective == "bsl":
         return BSL(encoder, dim, config.predictor_k), mean
     if config.objective in ("ntxent", "infonce"):
-        return Contrastive(encoder, config.objective, config.temperature), mean
+        return Contrastive(encoder, config.objective, config.temperature, config.hard_negative_weight), mean
+    if config.objective == "distill":  # the teacher is a frozen copy inside the module, never exported
+        return Distill(encoder), mean
+    if config.objective == "infonce-distill":
+        return AnchoredContrastive(encoder, config.temperature, config.distill_weight), mean
     if config.objective == "sgopt":
         model = SGOPT(
             encoder, dim, temperature=config.temperature, reg_lambda=config.sgopt_lambda,

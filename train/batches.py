@@ -1,4 +1,5 @@
-"""Pairs as Arrow text columns, length-grouped batches of them, and their tokenisation."""
+"""Pairs as Arrow text columns (with their hard negatives and source sentences where the
+objective reads them), length-grouped batches of them, and their tokenisation."""
 
 from __future__ import annotations
 
@@ -9,28 +10,102 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 from viewmill.train.config import TrainConfig
+from viewmill.train.layout import BatchLayout
+from viewmill.train.objectives import OBJECTIVES
 
 
 class PairTexts:
-    """Pairs as Arrow columns (compact, no Python string per text until a batch needs it)."""
+    """Pairs as Arrow columns (compact, no Python string per text until a batch needs it).
 
-    def __init__(self, pairs: Sequence[tuple[str, str]] | pa.Table) -> None:
-        if isinstance(pairs, pa.Table):
-            self.a, self.b = pairs["text_a"].combine_chunks(), pairs["text_b"].combine_chunks()
-        else:
+    A table may carry `negatives` (list<string>, the same k >= 1 for every pair) and
+    `text_source` (the sentence the views were made from); sources are read only when
+    `sources` is set (an objective that needs them).
+    """
+
+    def __init__(self, pairs: Sequence[tuple[str, str]] | pa.Table, *, sources: bool = False) -> None:
+        self.negatives: pa.Array | None = None
+        self.source: pa.Array | None = None
+        self.k = 0
+        if not isinstance(pairs, pa.Table):
             self.a = pa.array([a for a, _ in pairs], pa.string())
             self.b = pa.array([b for _, b in pairs], pa.string())
+            return
+        self.a, self.b = pairs["text_a"].combine_chunks(), pairs["text_b"].combine_chunks()
+        if "negatives" in pairs.column_names and len(pairs):
+            self.negatives, self.k = _negatives(pairs["negatives"])
+        if sources and "text_source" in pairs.column_names:
+            self.source = pairs["text_source"].combine_chunks()
+            if self.source.null_count:
+                raise ValueError(
+                    f"{self.source.null_count} pairs have no text_source: give every pair its source sentence, "
+                    "or leave the column out (view a is then the source)"
+                )
 
     def __len__(self) -> int:
         return len(self.a)
 
     def lengths(self) -> list[int]:
-        return pc.add(pc.utf8_length(self.a), pc.utf8_length(self.b)).to_pylist()
+        """Characters per pair over every text a batch tokenises for it (views, negatives, source)."""
+        total = pc.add(pc.utf8_length(self.a), pc.utf8_length(self.b))
+        if self.negatives is not None:
+            each = pc.utf8_length(self.negatives.flatten()).to_numpy(zero_copy_only=False)
+            total = pc.add(total, pa.array(each.reshape(len(self), self.k).sum(axis=1)))
+        if self.source is not None:
+            total = pc.add(total, pc.utf8_length(self.source))
+        return total.to_pylist()
 
     def texts(self, index: list[int]) -> list[str]:
-        """View a of each pair, then view b of each, in `index` order."""
+        """View a of each pair, then view b of each, then each pair's negatives, then each
+        source, in `index` order (the rows `layout` describes)."""
         rows = pa.array(index, pa.int64())
-        return self.a.take(rows).to_pylist() + self.b.take(rows).to_pylist()
+        out = self.a.take(rows).to_pylist() + self.b.take(rows).to_pylist()
+        if self.negatives is not None:
+            out += self.negatives.take(rows).flatten().to_pylist()
+        if self.source is not None:
+            out += self.source.take(rows).to_pylist()
+        return out
+
+    def layout(self, n: int) -> BatchLayout | None:
+        """The layout of a batch of n pairs; None when it is the plain [a..., b...]."""
+        if self.negatives is None and self.source is None:
+            return None
+        return BatchLayout(n, self.k, self.source is not None)
+
+
+def _negatives(column: pa.ChunkedArray) -> tuple[pa.Array, int]:
+    """The `negatives` column checked: lists of strings, none missing, k >= 1 for every pair."""
+    kind = column.type
+    listed = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    if not listed or not (pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type)):
+        raise ValueError(f"the pairs' negatives column is {kind}: it must be list<string>, each pair's hard negatives")
+    array = column.combine_chunks()
+    if array.null_count or array.flatten().null_count:
+        raise ValueError("some pairs' negatives are null: every pair needs k non-null hard negatives")
+    counts = pc.min_max(pc.list_value_length(array))
+    fewest, most = counts["min"].as_py(), counts["max"].as_py()
+    if fewest != most:
+        raise ValueError(
+            f"pairs carry {fewest} to {most} hard negatives: every pair needs the same number k >= 1 (pad or cut "
+            "them when pairing)"
+        )
+    if most == 0:
+        raise ValueError(
+            "every pair's negatives list is empty: give each pair k >= 1 hard negatives, or drop the column"
+        )
+    return array, most
+
+
+def training_texts(pairs: Sequence[tuple[str, str]] | pa.Table, objective: str) -> PairTexts:
+    """The pairs as `objective` reads them; hard negatives are refused where it trains on none."""
+    entry = OBJECTIVES.get(objective)
+    texts = PairTexts(pairs, sources=entry.needs_source)
+    if texts.k and not entry.negatives:
+        users = ", ".join(name for name in OBJECTIVES.names() if OBJECTIVES.get(name).negatives)
+        raise ValueError(
+            f"objective '{objective}' does not train on hard negatives, but the pairs carry {texts.k} per pair (a "
+            f"negatives column): use an objective that does ({users}), or a pairs snapshot without negatives"
+        )
+    return texts
 
 
 def batches(

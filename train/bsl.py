@@ -7,6 +7,8 @@ view; the target is an exponential moving average of the online encoder, without
 from __future__ import annotations
 
 import copy
+import math
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -89,3 +91,25 @@ class BSL(nn.Module):
         torch._foreach_lerp_(target_params, online_params, 1.0 - momentum)
         for t_buf, o_buf in zip(self.target.buffers(), self.online.buffers(), strict=True):
             t_buf.copy_(o_buf)
+
+
+class MomentumSchedule(Protocol):
+    """The settings BSL's target momentum reads (a `TrainConfig`)."""
+
+    momentum: float
+    momentum_schedule: str
+    steps: int
+
+
+def target_momentum(config: MomentumSchedule, step: int) -> float:
+    """BSL's EMA momentum at `step` (1-based): constant, or BYOL's cosine increase from
+    `momentum` at the first step to 1 at the last."""
+    if config.momentum_schedule == "constant" or config.steps <= 1:
+        return config.momentum
+    progress = (step - 1) / (config.steps - 1)
+    return 1 - (1 - config.momentum) * (math.cos(math.pi * progress) + 1) / 2
+
+
+def ema_step(model: BSL, config: MomentumSchedule, step: int) -> None:
+    """BSL's after-step hook: the target follows the online encoder at the step's momentum."""
+    model.update_target(target_momentum(config, step))

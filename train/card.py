@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from viewmill.storage.registry import RegistryError
 from viewmill.train.embedded import EMBEDDED
 from viewmill.train.encoder import CNN_REF, EMBEDDED_PREFIX, MODELING_FILE
 
@@ -18,7 +19,24 @@ OBJECTIVE_NAMES = {
     "infonce": "InfoNCE (in-batch negatives)",
     "sgopt": "SG-OPT (self-guided contrastive)",
     "isbert": "IS-BERT (mutual information with n-gram features)",
+    "distill": "multilingual knowledge distillation (Reimers & Gurevych, 2020): the source sentence and its "
+    "translation both regress (MSE) onto a frozen copy of the starting model's embedding of the source",
+    "infonce-distill": "symmetric in-batch InfoNCE between a sentence's views (e.g. the source and its translation) "
+    "plus an MSE anchor of the source's embedding to a frozen copy of the starting model's",
 }
+# BibTeX of the paper an objective follows, for the card's Citation section.
+OBJECTIVE_CITATIONS = {
+    "distill": """@inproceedings{reimers-2020-multilingual-sentence-bert,
+    title = "Making Monolingual Sentence Embeddings Multilingual using Knowledge Distillation",
+    author = "Reimers, Nils and Gurevych, Iryna",
+    booktitle = "Proceedings of the 2020 Conference on Empirical Methods in Natural Language Processing",
+    month = "11",
+    year = "2020",
+    publisher = "Association for Computational Linguistics",
+    url = "https://arxiv.org/abs/2004.09813",
+}""",
+}
+OBJECTIVE_CITATIONS["infonce-distill"] = OBJECTIVE_CITATIONS["distill"]  # its anchor is that paper's distillation
 STAGED_SUFFIX = ".staged"  # the train stage exports to `<model>.staged`, then renames it into place
 # Evaluation files and folders whose Hugging Face data set is known: name -> (hub id, split).
 STS_FILES = {
@@ -49,12 +67,17 @@ def task_dataset(task: Any) -> dict[str, str | None] | None:
     known = {
         "sick-all": ("mteb/sickr-sts", None, "test"),  # MTEB's SICK-R is all 9,927 pairs, as sick-all scores
         "sts17": ("mteb/sts17-crosslingual-sts", get("track"), "test"),
-        "stsb-xling": ("PhilipMay/stsb_multi_mt", get("lang_b"), get("split")),
+        "stsb-xling": ("PhilipMay/stsb_multi_mt", _stsb_multi_mt_config(get("lang_a"), get("lang_b")), get("split")),
     }
     if fmt in known:
         hub, config, split = known[fmt]
         return {"id": hub, "config": config, "split": split}
     return None
+
+
+def _stsb_multi_mt_config(lang_a: str | None, lang_b: str | None) -> str | None:
+    # The hub set has one config per language; English s1 with s2 in lang_b reads that config's s2.
+    return lang_b if lang_a in (None, "en", lang_b) else f"{lang_a}-{lang_b}"
 
 
 def corpus_datasets(fmt: str, files: list[Any]) -> list[str]:
@@ -90,14 +113,23 @@ def base_license(resolved_base: str | None) -> str:
     return "other"
 
 
-def dev_result(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The selected step's dev score, as a result row (the dev task picked the exported weights)."""
-    dev = manifest.get("dev_task")
-    score = dict(manifest.get("report", {}).get("dev_evals") or []).get(manifest["selected_step"])
-    if not dev or score is None:
-        return None
-    dataset = task_dataset(manifest["train_config"].get("dev") or {})
-    return {"task": dev, "metric": "spearman_cosine_x100", "value": float(score), "n": None, "dataset": dataset}
+def dev_results(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The selected step's dev scores as result rows, one per dev task (they picked the exported
+    weights). One task's score is the selection score (manifests before per-task records too)."""
+    report, step = manifest.get("report", {}), manifest["selected_step"]
+    per_task = report.get("dev_task_evals") or {}
+    if len(per_task) > 1:
+        scores = [(task, dict(evals).get(step)) for task, evals in per_task.items()]
+    else:
+        scores = [(manifest.get("dev_task"), dict(report.get("dev_evals") or []).get(step))]
+    configs = manifest["train_config"].get("dev") or []
+    configs = configs if isinstance(configs, list) else [configs]
+    by_name = {config.get("name"): config for config in configs}
+    return [
+        {"task": task, "metric": "spearman_cosine_x100", "value": float(score), "n": None,
+         "dataset": task_dataset(by_name.get(task) or (configs[0] if len(configs) == 1 else {}))}
+        for task, score in scores if task and score is not None
+    ]  # fmt: skip
 
 
 def model_card(name: str, manifest: Mapping[str, Any], tests: list[dict[str, Any]] | None = None):
@@ -107,8 +139,8 @@ def model_card(name: str, manifest: Mapping[str, Any], tests: list[dict[str, Any
     from huggingface_hub import ModelCard, ModelCardData
 
     objective = manifest["train_config"]["objective"]
-    dev = dev_result(manifest)
-    results = ([dev] if dev else []) + list(tests or [])
+    dev = dev_results(manifest)
+    results = dev + list(tests or [])
     data = ModelCardData(
         library_name="sentence-transformers",
         pipeline_tag="sentence-similarity",
@@ -141,14 +173,14 @@ def _model_index(results: list[dict[str, Any]]) -> list:
     return index
 
 
-def card_body(name: str, manifest: Mapping[str, Any], dev: dict[str, Any] | None) -> str:
+def card_body(name: str, manifest: Mapping[str, Any], dev: list[dict[str, Any]]) -> str:
     config, objective = manifest["train_config"], manifest["train_config"]["objective"]
     selected, steps = manifest["selected_step"], manifest["report"]["steps"]
-    best = f" (best {dev['task']} score, {dev['value']:.2f})" if dev else ""
+    best = _best(manifest, dev)
     lines = [
         f"# {name}",
         "",
-        f"A sentence encoder trained by viewmill with {OBJECTIVE_NAMES[objective]} (objective `{objective}`) "
+        f"A sentence encoder trained by viewmill with {objective_name(objective)} (objective `{objective}`) "
         f"from `{manifest.get('base_model')}`.",
         "",
         f"- recipe: `{manifest.get('recipe')}`; corpus: `{manifest.get('corpus')}`",
@@ -177,10 +209,40 @@ def card_body(name: str, manifest: Mapping[str, Any], dev: dict[str, Any] | None
     if remote:
         lines += ["", f"The IS-BERT CNN is this directory's own code (`{MODELING_FILE}`, module `{CNN_REF}`): "
                   "loading needs `trust_remote_code=True` and sentence-transformers, not viewmill."]  # fmt: skip
+    if objective in OBJECTIVE_CITATIONS:
+        lines += ["", "## Citation", "", "```bibtex", OBJECTIVE_CITATIONS[objective], "```"]
     return "\n".join(lines) + "\n"
 
 
-def results_section(manifest: Mapping[str, Any], dev: dict[str, Any] | None, tests: list[dict] | None) -> str:
+def objective_name(objective: str) -> str:
+    """viewmill's words for its own objectives; a plugin's registry description, or its bare
+    name where it has none or is no longer installed (a card written again later)."""
+    if objective in OBJECTIVE_NAMES:
+        return OBJECTIVE_NAMES[objective]
+    from viewmill.train.objectives import OBJECTIVES  # here: card.py itself loads without torch
+
+    try:
+        description = OBJECTIVES.get(objective).description
+    except RegistryError:
+        description = ""
+    return f"the plugin objective {objective}" + (f" ({description})" if description else "")
+
+
+def _best(manifest: Mapping[str, Any], dev: list[dict[str, Any]]) -> str:
+    """Why the selected step: its dev score, or over several tasks the rule and the selection score."""
+    if len(dev) == 1:
+        return f" (best {dev[0]['task']} score, {dev[0]['value']:.2f})"
+    if not dev:
+        return ""
+    score = dict(manifest["report"]["dev_evals"])[manifest["selected_step"]]
+    rule = manifest["train_config"].get("selection") or {}
+    how = "weighted mean of the dev tasks"
+    if rule.get("rule") == "mean-no-regression":
+        how += f" with no task below its start by more than {rule.get('tolerance', 0.0):g}"
+    return f" (best {how}, {score:.2f})"
+
+
+def results_section(manifest: Mapping[str, Any], dev: list[dict[str, Any]], tests: list[dict] | None) -> str:
     """The dev score and every test score of the run that trained the model, as a table."""
     lines = ["", "## Evaluation", ""]
     where = f"the viewmill lake's `evals` table (model id `{manifest.get('model_id')}`)"
@@ -188,13 +250,13 @@ def results_section(manifest: Mapping[str, Any], dev: dict[str, Any] | None, tes
         lines.append(f"Not evaluated by its run yet: results of recipe runs and of `viewmill eval` are in {where}.")
     else:
         lines.append(f"Scored by the run that trained it; later `viewmill eval` results are in {where} only.")
-    rows = ([dev] if dev else []) + list(tests or [])
+    rows = dev + list(tests or [])
     if rows:
         lines += ["", "| task | data set | split | metric | value | n |", "|---|---|---|---|---|---|"]
-        for row in rows:
+        for i, row in enumerate(rows):
             dataset = row["dataset"] or {}
             hub = dataset.get("id") or "own files (no hub id)"
-            role = " (model selection)" if row is dev else ""
+            role = " (model selection)" if i < len(dev) else ""
             n = "" if row["n"] is None else row["n"]
             lines.append(f"| {row['task']}{role} | {hub} | {dataset.get('split') or ''} | {row['metric']} | "
                          f"{row['value']:.2f} | {n} |")  # fmt: skip

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
+from viewmill.train.dev_scores import DevResult
 
 
 class CheckpointError(RuntimeError):
@@ -52,14 +53,22 @@ def load_state_file(path: Path) -> Any:
 class RunState:
     step: int = 0
     losses: list[float] = field(default_factory=list)
-    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, dev score)
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, selection score; one task: its score)
     best_step: int | None = None
+    task_evals: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # each dev task's (step, score)
 
-    def record(self, step: int, score: float, exported, checkpoints: Checkpoints) -> None:
-        self.evals.append((step, score))
-        if self.best_step is None or score > dict(self.evals)[self.best_step]:
+    def record(self, step: int, result: DevResult, exported, checkpoints: Checkpoints, *, accepted: bool) -> None:
+        """One dev evaluation; the state becomes the best when the rule `accepted` it and its
+        selection score beats the best so far (the first of equals stays)."""
+        self.evals.append((step, result.score))
+        for task, score in result.scores.items():
+            self.task_evals.setdefault(task, []).append((step, score))
+        if accepted and (self.best_step is None or result.score > dict(self.evals)[self.best_step]):
             self.best_step = step
             checkpoints.save_best(exported)
+
+    def task_scores_at(self, step: int) -> dict[str, float]:
+        return {task: dict(evals)[step] for task, evals in self.task_evals.items() if step in dict(evals)}
 
     def evals_since_best(self) -> int:
         return sum(1 for step, _ in self.evals if self.best_step is not None and step > self.best_step)
@@ -121,8 +130,7 @@ class Checkpoints:
         torch.set_rng_state(saved["rng"]["torch"])
         _set_numpy_state(saved["rng"]["numpy"])
         random.setstate(_as_tuples(saved["rng"]["python"]))
-        run = saved["run"]
-        return RunState(run["step"], run["losses"], [tuple(e) for e in run["evals"]], run["best_step"])
+        return _run_state(saved["run"], path)
 
     def save_best(self, exported) -> None:
         self._write("best.pt", {k: v.detach().cpu().clone() for k, v in exported.state_dict().items()})
@@ -132,6 +140,16 @@ class Checkpoints:
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _run_state(run: dict[str, Any], path: Path) -> RunState:
+    if run["evals"] and "task_evals" not in run:
+        raise CheckpointError(
+            f"checkpoint {path} holds dev scores without their tasks (written before per-task dev records): "
+            f"delete {path.parent} to start this training from scratch"
+        )
+    tasks = {task: [tuple(e) for e in evals] for task, evals in run.get("task_evals", {}).items()}
+    return RunState(run["step"], run["losses"], [tuple(e) for e in run["evals"]], run["best_step"], tasks)
 
 
 def _as_tuples(value: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from viewmill.train.dev_scores import DevSelection
 from viewmill.train.objectives import OBJECTIVES
 
 SGOPT_HEAD_LR = 5e-5  # SG-OPT paper: AdamW lr 5e-5 for BERT_T and the projection head
@@ -24,7 +25,9 @@ class TrainConfig(BaseModel):
         description="safe: head warm-up, small encoder lr, best dev checkpoint kept; paper: the BSL paper's plain "
         "setting (one lr for encoder and head, default 5e-4, no warm-up, the last step exported)",
     )
-    objective: str = Field("bsl", description="a registered objective: bsl, ntxent, infonce, sgopt, isbert, plugins")
+    objective: str = Field(
+        "bsl", description="a registered objective: bsl, ntxent, infonce, sgopt, isbert, distill, plugins"
+    )
     steps: int = Field(120, ge=1)
     batch_size: int = Field(64, ge=2)
     max_length: int = Field(64, ge=8)
@@ -47,6 +50,14 @@ class TrainConfig(BaseModel):
     predictor_k: int = Field(8, ge=1)
     # contrastive and SG-OPT
     temperature: float | None = Field(None, gt=0, description="default 0.05 (ntxent, infonce), 0.01 (sgopt)")
+    hard_negative_weight: float = Field(
+        0.0,
+        description="SimCSE's weight added to each anchor's logits (after the temperature) of its own hard "
+        "negatives; ntxent and infonce on pairs with negatives",
+    )
+    distill_weight: float = Field(
+        50.0, ge=0, description="infonce-distill: weight of the MSE that keeps the source's embedding at the start's"
+    )
     # SG-OPT
     sgopt_lambda: float = Field(0.1, ge=0)
     sgopt_head_width: int = Field(4096, ge=1)
@@ -61,6 +72,9 @@ class TrainConfig(BaseModel):
         None, ge=1, description="stop after this many dev evaluations without improvement"
     )
     keep_best: bool = Field(True, description="with eval_every: export the best dev checkpoint, the start included")
+    selection: DevSelection = Field(
+        default_factory=DevSelection, description="how the best dev state is chosen over several dev tasks"
+    )
     seed: int = 13
     device: str = "cpu"
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="autocast dtype; fp16 adds loss scaling")
@@ -95,15 +109,26 @@ class TrainConfig(BaseModel):
         if self.grad_accumulation > 1:
             if not entry.accumulation:
                 raise ValueError(
-                    f"grad_accumulation is for bsl (plain) and ntxent/infonce (cached gradients); {self.objective}'s "
-                    "in-batch negatives would change: lower batch_size instead"
+                    f"grad_accumulation is for bsl, distill (plain) and ntxent/infonce (cached gradients); "
+                    f"{self.objective}'s in-batch negatives would change: lower batch_size instead"
                 )
-            if self.objective != "bsl" and self.precision == "fp16":
+            if self.objective in ("ntxent", "infonce") and self.precision == "fp16":
                 raise ValueError("cached-gradient accumulation runs without loss scaling: use precision bf16 or fp32")
         if self.early_stopping_patience is not None and not self.eval_every:
             raise ValueError("early_stopping_patience needs eval_every > 0 (dev evaluations to compare)")
         if any(w < 1 or w % 2 == 0 for w in self.isbert_windows):
             raise ValueError(f"isbert_windows must be odd sizes (same padding), got {list(self.isbert_windows)}")
+        return self
+
+    @model_validator(mode="after")
+    def _hard_negatives(self) -> TrainConfig:
+        if self.hard_negative_weight and not OBJECTIVES.get(self.objective).negatives:
+            raise ValueError(
+                f"hard_negative_weight weights hard negatives, which {self.objective} does not train on: remove it, "
+                "or use objective infonce or ntxent"
+            )
+        if "distill_weight" in self.model_fields_set and self.objective != "infonce-distill":
+            raise ValueError(f"distill_weight weights infonce-distill's anchor, not {self.objective}'s loss: remove it")
         return self
 
     def _apply_paper_preset(self) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
+import functools
+import io
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy.stats import spearmanr
 from viewmill.storage.datasets import missing_hint
 
@@ -36,6 +38,9 @@ STS17_TRACKS = {
 }  # fmt: skip
 
 
+LANG = r"^[a-z]{2,3}$"  # an ISO 639 code, as stsb-multi-mt names its files
+
+
 class StsTask(BaseModel):
     """One STS benchmark. Formats:
 
@@ -50,8 +55,10 @@ class StsTask(BaseModel):
       skipped with a message (the official tr-en input has 500 lines for 250 gold scores),
       unless `gold_alignment: first-lines` pairs the gold scores with the first input lines
       (what SentEval does by pasting the files side by side).
-    - `stsb-xling`: cross-lingual STS-B from stsb-multi-mt (a folder of stsb-<lang>-<split>.csv):
-      English first sentences with second sentences in `lang_b`.
+    - `stsb-xling`: STS-B in any pair of stsb-multi-mt's languages (a folder of
+      stsb-<lang>-<split>.csv, whose rows line up across languages): first sentences in `lang_a`
+      (default en), second sentences in `lang_b`; cross-lingual (en-de, pt-es) or one language
+      (pt-pt). `split`: dev, test (default) or train.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -60,13 +67,14 @@ class StsTask(BaseModel):
     format: Literal["stsb", "sick", "sick-all", "senteval-sts", "sts17", "stsb-xling"]
     path: Path
     gold_path: Path | None = None
-    lang_b: str | None = None
-    split: str | None = None  # stsb-xling only: which stsb-<lang>-<split>.csv (default test)
+    lang_a: str | None = Field(None, pattern=LANG)  # stsb-xling only: the first sentences' language (default en)
+    lang_b: str | None = Field(None, pattern=LANG)  # stsb-xling only: the second sentences' language
+    split: Literal["dev", "test", "train"] | None = None  # stsb-xling only: stsb-<lang>-<split>.csv (default test)
     track: str | None = None
     gold_alignment: Literal["strict", "first-lines"] = "strict"
 
     @model_validator(mode="after")
-    def _one_track_per_sts17_task(self) -> StsTask:
+    def _settings_of_the_format(self) -> StsTask:
         if self.format == "sts17" and self.track not in STS17_TRACKS:
             raise ValueError(
                 f"sts17 is scored per track: set track to one of {', '.join(STS17_TRACKS)} (one task per track; "
@@ -74,10 +82,13 @@ class StsTask(BaseModel):
             )
         if self.format != "sts17" and (self.track is not None or self.gold_alignment != "strict"):
             raise ValueError("track and gold_alignment apply to format sts17 only")
-        if self.format != "stsb-xling" and self.split is not None:
-            raise ValueError("split applies to format stsb-xling only: the other formats name their files in path")
-        if self.format == "stsb-xling" and self.split is None:
-            self.split = "test"
+        if self.format != "stsb-xling":
+            if (self.split, self.lang_a, self.lang_b) != (None, None, None):
+                raise ValueError("split, lang_a and lang_b apply to format stsb-xling only (others name their files)")
+            return self
+        if self.lang_b is None:
+            raise ValueError("stsb-xling needs lang_b, the second sentences' language (e.g. de; lang_a: en by default)")
+        self.split, self.lang_a = self.split or "test", self.lang_a or "en"
         return self
 
 
@@ -198,19 +209,41 @@ def load_sts17_track(task: StsTask) -> StsData:
     return _scored_pairs(input_file, gold_file, pairs, scores, label)
 
 
-def load_stsb_xling(folder: Path, lang_b: str, split: str) -> StsData:
-    """English s1 with s2 in `lang_b`: stsb-multi-mt's files line up row by row."""
+def _stsb_multi_mt_rows(path: Path) -> tuple[list[tuple[str, str]], list[float]]:
+    """One stsb-multi-mt file: sentence1, sentence2, score per row (csv, quoted where needed)."""
+    pairs, gold = [], []
+    for row_no, row in enumerate(csv.reader(io.StringIO(_read_text(path), newline="")), start=1):
+        if len(row) != 3:
+            raise EvalDataError(f"{path}: row {row_no} has {len(row)} columns, expected sentence1, sentence2, score")
+        try:
+            gold.append(float(row[2]))
+        except ValueError:
+            raise EvalDataError(f"{path}: row {row_no}: score '{row[2]}' is not a number") from None
+        pairs.append((row[0], row[1]))
+    return pairs, gold
 
-    def rows(lang: str) -> list[list[str]]:
-        path = folder / f"stsb-{lang}-{split}.csv"
-        return list(csv.reader(_read_text(path).splitlines()))
 
-    english, other = rows("en"), rows(lang_b)
-    if len(english) != len(other):
-        raise EvalDataError(f"stsb-{lang_b}-{split}.csv has {len(other)} rows, the English file {len(english)}")
+def load_stsb_multi_mt(folder: Path, lang_a: str, lang_b: str, split: str) -> StsData:
+    """First sentences in `lang_a` with second sentences in `lang_b`: stsb-multi-mt's files are
+    one set translated, row by row, so two languages' files must agree on row count and scores."""
+    path_a, path_b = (folder / f"stsb-{lang}-{split}.csv" for lang in (lang_a, lang_b))
+    pairs_a, gold = _stsb_multi_mt_rows(path_a)
+    pairs_b, gold_b = _stsb_multi_mt_rows(path_b) if lang_b != lang_a else (pairs_a, gold)
+    if len(pairs_a) != len(pairs_b):
+        raise EvalDataError(
+            f"{path_b.name} has {len(pairs_b)} rows, {path_a.name} {len(pairs_a)}: stsb-multi-mt files line up "
+            "row by row (fetch them again: viewmill data fetch stsb-multi-mt)"
+        )
+    differ = next((i for i, (a, b) in enumerate(zip(gold, gold_b, strict=True)) if a != b), None)
+    if differ is not None:
+        raise EvalDataError(
+            f"{path_b.name} row {differ + 1} has score {gold_b[differ]}, {path_a.name} {gold[differ]}: the files do "
+            "not line up (stsb-multi-mt's translations share each row's score; fetch them again)"
+        )
+    kind = "one language" if lang_a == lang_b else "cross-lingual"
     return StsData(
-        [r[0] for r in english], [r[1] for r in other], np.asarray([float(r[2]) for r in english]),
-        f"all {len(english)} pairs of STS-B {split}, s1 en, s2 {lang_b} (stsb-multi-mt)",
+        [a for a, _ in pairs_a], [b for _, b in pairs_b], np.asarray(gold),
+        f"all {len(gold)} pairs of STS-B {split}, s1 {lang_a}, s2 {lang_b} ({kind}, stsb-multi-mt)",
     )  # fmt: skip
 
 
@@ -221,9 +254,9 @@ def load_task(task: StsTask) -> dict[str, StsData]:
     if task.format == "sts17":
         return {"all": load_sts17_track(task)}
     if task.format == "stsb-xling":
-        if not task.lang_b:
-            raise EvalDataError(f"task {task.name}: stsb-xling needs lang_b (e.g. de)")
-        return {"all": load_stsb_xling(task.path, task.lang_b, task.split)}
+        if not task.path.is_dir():
+            raise EvalDataError(f"stsb-multi-mt folder not found: {task.path}{missing_hint(task.path)}")
+        return {"all": load_stsb_multi_mt(task.path, task.lang_a, task.lang_b, task.split)}
     return {"all": LOADERS[task.format](task.path)}
 
 
@@ -277,19 +310,45 @@ class Embedder:
         return np.stack([self.cache[t] for t in texts])
 
 
-def model_spearman_x100(model, data: StsData, batch_size: int = 64) -> float:
+def model_spearman_x100(model, data: StsData, batch_size: int = 64, cache: dict | None = None) -> float:
     """Spearman x100 of one SentenceTransformer on one set through sentence-transformers' own
-    EmbeddingSimilarityEvaluator (cosine): for a model scored once, e.g. the dev set during
-    training. `spearman_x100` gives the same figure (tests/train/test_evaluate.py) and serves the
-    suites, whose Embedder encodes a text shared by several tasks once."""
-    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
-
-    evaluator = EmbeddingSimilarityEvaluator(
+    EmbeddingSimilarityEvaluator (cosine): training's dev score. `spearman_x100` gives the same
+    figure (tests/train/test_evaluate.py) and serves the suites and the pooling baselines.
+    `cache` (text -> embedding, for this model's current weights) is read and filled, so a text
+    shared by several sets is encoded once."""
+    evaluator = _cached_evaluator()(
         data.s1, data.s2, data.gold.tolist(), batch_size=batch_size, similarity_fn_names=["cosine"],
-        name="sts", write_csv=False,
+        name="sts", write_csv=False, cache={} if cache is None else cache,
     )  # fmt: skip
     metrics = evaluator(model)
     return float(metrics[evaluator.primary_metric] * 100)
+
+
+def model_scores(model, sets: Mapping[str, StsData], batch_size: int = 64) -> dict[str, float]:
+    """Each set's Spearman x100 (`model_spearman_x100`) in one pass: each distinct text of all the
+    sets is encoded once (the cache lives for this pass only: the weights change between passes)."""
+    cache: dict[str, np.ndarray] = {}
+    return {name: model_spearman_x100(model, data, batch_size, cache) for name, data in sets.items()}
+
+
+@functools.cache
+def _cached_evaluator() -> type:
+    """EmbeddingSimilarityEvaluator encoding through a text cache (imported on first use: the
+    recipe schema loads this module and must not load torch)."""
+    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
+
+    class CachedEvaluator(EmbeddingSimilarityEvaluator):
+        def __init__(self, *args, cache: dict[str, np.ndarray], **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.cache = cache
+
+        def embed_inputs(self, model, sentences, **kwargs) -> np.ndarray:
+            missing = list(dict.fromkeys(t for t in sentences if t not in self.cache))
+            if missing:
+                self.cache.update(zip(missing, super().embed_inputs(model, missing, **kwargs), strict=True))
+            return np.stack([self.cache[t] for t in sentences])
+
+    return CachedEvaluator
 
 
 def spearman_x100(embed: Callable[[list[str]], np.ndarray], data: StsData) -> float:

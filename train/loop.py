@@ -17,13 +17,13 @@ from torch import nn
 from viewmill.storage.ids import fingerprint
 from viewmill.train import distributed
 from viewmill.train.assembly import prepare
-from viewmill.train.batches import PairTexts, batches, tokenize
-from viewmill.train.bsl import BSL
+from viewmill.train.batches import PairTexts, batches, tokenize, training_texts
 from viewmill.train.checkpoints import Checkpoints, RunState
 from viewmill.train.config import TrainConfig
 from viewmill.train.export import ExportError, export, model_lock
-from viewmill.train.optimisation import make_optimizer, target_momentum, train_step
-from viewmill.train.selection import DevScore, evaluates_at, patience_spent, score_dev, select_weights
+from viewmill.train.objectives import OBJECTIVES
+from viewmill.train.optimisation import make_optimizer, train_step
+from viewmill.train.selection import DevScore, evaluates_at, patience_spent, record_dev, score_dev, select_weights
 
 
 @dataclass
@@ -34,7 +34,8 @@ class TrainReport:
     last_loss: float
     seconds: float
     model_dir: str
-    dev_evals: list[tuple[int, float]] = field(default_factory=list)
+    dev_evals: list[tuple[int, float]] = field(default_factory=list)  # (step, selection score)
+    dev_task_evals: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # each dev task's (step, score)
     best_step: int | None = None
     selected_step: int | None = None  # the step whose weights were exported; 0: the starting model
 
@@ -107,8 +108,8 @@ def _fit(pairs, base_model, config, out_dir, checkpoint_dir, *, card, keys, on_s
         raise ValueError(f"batch_size {config.batch_size} must divide evenly over {distributed.world_size()} ranks")
     seed_everything(config.seed)
     start = time.perf_counter()
+    source = training_texts(pairs, config.objective)  # refused before the model loads
     run = _start(config, base_model, device, checkpoint_dir, card, dev)
-    source = PairTexts(pairs)
     plan = batches(source.lengths(), config.batch_size, config.steps, config.seed, keys=keys)
     _steps(run, source, plan, dev, on_step)
     state = run.state
@@ -131,14 +132,15 @@ def _start(
     distributed.barrier()  # every rank has read the checkpoint before rank 0 may write the next
     main = distributed.is_main()
     if main and config.eval_every and not state.evals:
-        state.record(0, score_dev(dev, exported, objective), exported, checkpoints)
+        record_dev(config, state, 0, score_dev(dev, exported, objective), exported, checkpoints)
     model = objective
     if distributed.world_size() > 1:
         # Unused parameters: the encoder while the head warms up.
         model = torch.nn.parallel.DistributedDataParallel(objective, find_unused_parameters=True)
     run = _Run(config, objective, model, exported, tokenizer, optimizer, scaler, checkpoints, state, device, main)
-    if isinstance(objective, BSL):  # the EMA of the step just taken (state.step is set before it runs)
-        run.after_step = lambda: objective.update_target(target_momentum(config, state.step))
+    hook = OBJECTIVES.get(config.objective).after_step
+    if hook is not None:  # e.g. BSL's EMA of the step just taken (state.step is set before it runs)
+        run.after_step = lambda: hook(objective, config, state.step)
     return run
 
 
@@ -155,10 +157,11 @@ def _steps(run: _Run, source: PairTexts, plan: list[list[int]], dev: DevScore | 
         state.losses.append(
             train_step(run.model, run.optimizer, batch, len(index), train_encoder=step > config.head_warmup_steps,
                        precision=config.precision, scaler=run.scaler, after_step=run.after_step,
-                       accumulation=config.grad_accumulation)
+                       accumulation=config.grad_accumulation, layout=source.layout(len(index)))
         )  # fmt: skip
         if run.main and evaluates_at(config, step):
-            state.record(step, score_dev(dev, run.exported, run.objective), run.exported, run.checkpoints)
+            result = score_dev(dev, run.exported, run.objective)
+            record_dev(config, state, step, result, run.exported, run.checkpoints)
         if run.main and config.checkpoint_every and step % config.checkpoint_every == 0 and step < config.steps:
             run.checkpoints.save(state, run.objective, run.optimizer, run.scaler)
         if on_step is not None:
@@ -180,6 +183,7 @@ def _export(run: _Run, n_pairs: int, out_dir: Path, card: dict, seconds: float) 
         seconds=seconds,
         model_dir=str(card.get("path", out_dir)),
         dev_evals=state.evals,
+        dev_task_evals=state.task_evals,
         best_step=state.best_step if config.eval_every else None,
         selected_step=selected,
     )
@@ -201,9 +205,8 @@ def _resume_note(checkpoints: Checkpoints) -> str:
     return "no checkpoint was kept (train.checkpoint_every), so training starts over"
 
 
-def training_code_fingerprint() -> str:
-    """Hash of the training code itself, so a changed trainer never reuses an old model."""
-    here = Path(__file__).parent
-    names = ("assembly.py", "batches.py", "bsl.py", "config.py", "distributed.py", "loop.py", "objectives.py",
-             "optimisation.py", "selection.py")  # fmt: skip
-    return fingerprint(*((here / name).read_text(encoding="utf-8") for name in names))
+def training_code_fingerprint(package: Path = Path(__file__).parent) -> str:
+    """Hash of the training code itself (every module of the train package, by name and
+    text), so a changed trainer never reuses an old model."""
+    modules = sorted(package.glob("*.py"))
+    return fingerprint(*((path.name, path.read_text(encoding="utf-8")) for path in modules))

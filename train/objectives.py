@@ -1,8 +1,11 @@
-"""Training objectives besides BSL: NT-Xent and InfoNCE contrastive, SG-OPT, IS-BERT.
+"""Training objectives besides BSL and distillation: NT-Xent and InfoNCE contrastive,
+SG-OPT, IS-BERT, and the objective registry.
 
-Each takes a tokenised batch whose first n rows are view a and last n rows view b (the
-layout `viewmill.train.loop` builds), returns a scalar loss, and names the parameters that are
-trained and the sentence-transformers modules that are exported.
+Each takes a tokenised batch whose first n rows are view a and next n rows view b (the
+layout `viewmill.train.loop` builds; objectives whose entry reads hard negatives or the
+source sentence also get the rows after those, described by a `BatchLayout`), returns a
+scalar loss, and names the parameters that are trained and the sentence-transformers
+modules that are exported.
 """
 
 from __future__ import annotations
@@ -18,36 +21,76 @@ import torch.nn.functional as F
 from torch import nn
 from viewmill.storage.registry import Registry, RegistryError
 from viewmill.train import modeling_isbert
-from viewmill.train.bsl import mean_pool
+from viewmill.train.bsl import ema_step, mean_pool
 from viewmill.train.distributed import gather_with_local_grad
+from viewmill.train.layout import BatchLayout
 from viewmill.train.legacy_isbert import ReLUCNN  # noqa: F401  (the class path of IS-BERT exports before 0.2)
 
 
-def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
+def nt_xent(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    temperature: float,
+    negatives: torch.Tensor | None = None,
+    hard_negative_weight: float = 0.0,
+) -> torch.Tensor:
     """SimCLR's loss: 2n views; each view's positive is its partner and the other 2(n-1)
-    views are its negatives (itself excluded)."""
+    views are its negatives (itself excluded). Hard `negatives` (n*k rows, pair i's at
+    i*k..i*k+k-1) join every view's candidates."""
     z = F.normalize(torch.cat([a, b]), dim=-1)
     n = a.shape[0]
     logits = z @ z.T / temperature
     logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float("-inf"))
+    logits = _with_negatives(logits, z, negatives, temperature, hard_negative_weight, n)
     targets = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
     return F.cross_entropy(logits, targets)
 
 
-def info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
-    """One-directional in-batch negatives (multiple negatives ranking): a_i against every b_j."""
-    logits = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T / temperature
+def info_nce(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    temperature: float,
+    negatives: torch.Tensor | None = None,
+    hard_negative_weight: float = 0.0,
+) -> torch.Tensor:
+    """One-directional in-batch negatives (multiple negatives ranking): a_i against every b_j
+    and every hard negative of the batch (n*k rows, pair i's at i*k..i*k+k-1), as
+    sentence-transformers' MultipleNegativesRankingLoss and supervised SimCSE."""
+    anchors = F.normalize(a, dim=-1)
+    logits = anchors @ F.normalize(b, dim=-1).T / temperature
+    logits = _with_negatives(logits, anchors, negatives, temperature, hard_negative_weight, a.shape[0])
     return F.cross_entropy(logits, torch.arange(a.shape[0], device=a.device))
 
 
-class Contrastive(nn.Module):
-    """A mean-pooled encoder trained with NT-Xent or InfoNCE on (a, b) pairs."""
+def _with_negatives(
+    logits: torch.Tensor, anchors: torch.Tensor, negatives: torch.Tensor | None, temperature: float, weight: float,
+    n: int,
+) -> torch.Tensor:  # fmt: skip
+    """`logits` with the (normalised) anchors' logits against the hard negatives appended;
+    SimCSE's `weight` is added to each anchor's own pair's negatives (anchor r is pair r mod n)."""
+    if negatives is None:
+        return logits
+    extra = anchors @ F.normalize(negatives, dim=-1).T / temperature
+    if weight:
+        k = negatives.shape[0] // n
+        own_pair = torch.arange(negatives.shape[0], device=extra.device) // k
+        own = own_pair.unsqueeze(0) == (torch.arange(anchors.shape[0], device=extra.device) % n).unsqueeze(1)
+        extra = extra + weight * own.to(extra.dtype)
+    return torch.cat([logits, extra], dim=1)
 
-    def __init__(self, encoder: nn.Module, loss: str = "ntxent", temperature: float = 0.05) -> None:
+
+class Contrastive(nn.Module):
+    """A mean-pooled encoder trained with NT-Xent or InfoNCE on (a, b) pairs and, where the
+    batch has them (its `BatchLayout`), the pairs' hard negatives."""
+
+    def __init__(
+        self, encoder: nn.Module, loss: str = "ntxent", temperature: float = 0.05, hard_negative_weight: float = 0.0
+    ) -> None:
         super().__init__()
         if loss not in ("ntxent", "infonce"):
             raise ValueError(f"contrastive loss '{loss}' is not ntxent or infonce")
         self.encoder, self.kind, self.temperature = encoder, loss, temperature
+        self.hard_negative_weight = hard_negative_weight
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
@@ -55,36 +98,43 @@ class Contrastive(nn.Module):
 
     sentence_embedding = embed
 
-    def pair_loss(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def pair_loss(self, z: torch.Tensor, layout: BatchLayout) -> torch.Tensor:
+        """The loss over a batch's embeddings `z` (rows as `layout` says)."""
         fn = nt_xent if self.kind == "ntxent" else info_nce
-        # Under torchrun every rank's pairs are negatives too (the loss is over the global batch).
-        return fn(gather_with_local_grad(a), gather_with_local_grad(b), self.temperature)
+        # Under torchrun every rank's pairs (and negatives) are negatives too: the loss is over the global batch.
+        negatives = gather_with_local_grad(z[layout.negatives]) if layout.k else None
+        a, b = gather_with_local_grad(z[layout.a]), gather_with_local_grad(z[layout.b])
+        return fn(a, b, self.temperature, negatives, self.hard_negative_weight)
 
-    def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
-        z = self.embed(batch)
-        return self.pair_loss(z[:n], z[n:])
+    def loss(
+        self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True, layout: BatchLayout | None = None
+    ) -> torch.Tensor:
+        return self.pair_loss(self.embed(batch), layout or BatchLayout(n))
 
     forward = loss
     gathers_negatives = True
 
-    def cached_backward(self, batch: dict[str, torch.Tensor], n: int, chunks: int, scale: float = 1.0) -> torch.Tensor:
+    def cached_backward(
+        self, batch: dict[str, torch.Tensor], n: int, chunks: int, scale: float = 1.0, layout: BatchLayout | None = None
+    ) -> torch.Tensor:
         """Gradient accumulation that keeps every negative (GradCache, Gao et al. 2021).
 
-        Embeds the batch in `chunks` pieces without a graph, takes the loss and its
-        gradient with respect to the embeddings over the whole batch, then re-embeds each
-        piece with a graph (same dropout: its random state is replayed) and back-propagates
-        the cached gradient. Memory is one piece's activations; the gradient equals the
-        whole batch's. Returns the loss.
+        Embeds the batch (every row: views and hard negatives) in `chunks` pieces without a
+        graph, takes the loss and its gradient with respect to the embeddings over the whole
+        batch, then re-embeds each piece with a graph (same dropout: its random state is
+        replayed) and back-propagates the cached gradient. Memory is one piece's
+        activations; the gradient equals the whole batch's. Returns the loss.
         """
-        pieces = [list(range(start, min(start + math.ceil(2 * n / chunks), 2 * n)))
-                  for start in range(0, 2 * n, math.ceil(2 * n / chunks))]  # fmt: skip
+        layout = layout or BatchLayout(n)
+        size = math.ceil(layout.rows / chunks)
+        pieces = [list(range(start, min(start + size, layout.rows))) for start in range(0, layout.rows, size)]
         states, parts = [], []
         with torch.no_grad():
             for rows in pieces:
                 states.append(_rng_state())
                 parts.append(self.embed({k: v[rows] for k, v in batch.items()}))
         z = torch.cat(parts).detach().requires_grad_(True)
-        loss = self.pair_loss(z[:n], z[n:])
+        loss = self.pair_loss(z, layout)
         (loss * scale).backward()
         cached = z.grad
         for rows, state in zip(pieces, states, strict=True):
@@ -252,13 +302,21 @@ class Objective:
     """A training objective's registry entry; plugins add theirs in the entry-point group
     `viewmill.objectives`. `build(config, sentence_model)` returns the training module (with
     `loss(batch, n, train_encoder=...)` and `head_parameters()`) and the sentence-transformers
-    modules to export; viewmill's own objectives leave it None and the training loop builds them."""
+    modules to export; viewmill's own objectives leave it None and the training loop builds them.
+
+    An entry with `negatives` or `needs_source` gets those rows after views a and b, and its
+    module's loss takes them as a keyword, `layout=` (a `viewmill.train.layout.BatchLayout`);
+    other entries get the plain [a..., b...] batch and no layout."""
 
     build: Callable[[Any, Any], tuple[nn.Module, list[nn.Module]]] | None = None
     head: bool = True  # a head that warms up before the encoder trains
     temperature: float | None = None  # default temperature, where the loss has one
     accumulation: bool = False  # grad_accumulation > 1 keeps the loss unchanged
     description: str = ""
+    negatives: bool = False  # trains on hard negatives (a `negatives` column); others refuse pairs with them
+    needs_source: bool = False  # reads the source sentence (a `text_source` column, else view a)
+    # (module, config, step) after every optimiser step that trained the encoder: BSL's EMA
+    after_step: Callable[[nn.Module, Any, int], None] | None = None
 
 
 def _objective_entry(value: object) -> Objective:
@@ -267,9 +325,13 @@ def _objective_entry(value: object) -> Objective:
     return value
 
 
-BSL_OBJECTIVE = Objective(head=True, accumulation=True, description="BYOL-style bootstrapping (predictor + EMA)")
-NTXENT = Objective(head=False, temperature=0.05, accumulation=True, description="NT-Xent over 2n views")
-INFONCE = Objective(head=False, temperature=0.05, accumulation=True, description="in-batch InfoNCE (MNRL)")
+BSL_OBJECTIVE = Objective(
+    head=True, accumulation=True, after_step=ema_step, description="BYOL-style bootstrapping (predictor + EMA)"
+)
+NTXENT = Objective(head=False, temperature=0.05, accumulation=True, negatives=True, description="NT-Xent over 2n views")
+INFONCE = Objective(
+    head=False, temperature=0.05, accumulation=True, negatives=True, description="in-batch InfoNCE (MNRL)"
+)
 SGOPT_OBJECTIVE = Objective(head=True, temperature=0.01, description="self-guided contrastive (frozen BERT_F)")
 ISBERT_OBJECTIVE = Objective(head=True, description="mutual information with the sentence's n-grams")
 
@@ -282,6 +344,8 @@ OBJECTIVES: Registry[Objective] = Registry(
         "infonce": "viewmill.train.objectives:INFONCE",
         "sgopt": "viewmill.train.objectives:SGOPT_OBJECTIVE",
         "isbert": "viewmill.train.objectives:ISBERT_OBJECTIVE",
+        "distill": "viewmill.train.distill:DISTILL_OBJECTIVE",
+        "infonce-distill": "viewmill.train.distill:INFONCE_DISTILL_OBJECTIVE",
     },
     check=_objective_entry,
 )

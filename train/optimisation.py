@@ -1,5 +1,4 @@
-"""The optimiser, BSL's target momentum schedule and one training step (mixed precision,
-gradient accumulation, DDP)."""
+"""The optimiser and one training step (mixed precision, gradient accumulation, DDP)."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import torch
 from torch import nn
 from viewmill.train import distributed
 from viewmill.train.config import TrainConfig
+from viewmill.train.layout import BatchLayout
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -27,15 +27,6 @@ def make_optimizer(config: TrainConfig, objective: nn.Module) -> torch.optim.Opt
     return torch.optim.Adam(groups)
 
 
-def target_momentum(config: TrainConfig, step: int) -> float:
-    """BSL's EMA momentum at `step` (1-based): constant, or BYOL's cosine increase from
-    `momentum` at the first step to 1 at the last."""
-    if config.momentum_schedule == "constant" or config.steps <= 1:
-        return config.momentum
-    progress = (step - 1) / (config.steps - 1)
-    return 1 - (1 - config.momentum) * (math.cos(math.pi * progress) + 1) / 2
-
-
 def train_step(
     objective: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -47,9 +38,11 @@ def train_step(
     scaler: torch.amp.GradScaler | None = None,
     after_step: Callable[[], None] | None = None,
     accumulation: int = 1,
+    layout: BatchLayout | None = None,
 ) -> float:
     """One optimiser step and, when the encoder trained and the step was taken, `after_step`
-    (BSL's EMA update).
+    (BSL's EMA update). `layout`: the batch's rows beyond views a and b (hard negatives,
+    sources), passed on to the loss; None for a plain [a..., b...] batch.
 
     With fp16 loss scaling an overflowing step is skipped by the scaler; BSL's target must
     then stay where it is, or it would drift towards weights that did not change.
@@ -57,7 +50,7 @@ def train_step(
     dtype = AUTOCAST_DTYPES[precision]
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
-        loss = _backward(objective, batch, n, accumulation, train_encoder, scaler)
+        loss = _backward(objective, batch, n, accumulation, train_encoder, scaler, layout)
     if scaler is None:
         optimizer.step()
         stepped = True
@@ -72,10 +65,12 @@ def train_step(
 
 
 def _backward(
-    objective: nn.Module, batch: dict[str, torch.Tensor], n: int, accumulation: int, train_encoder: bool, scaler
-) -> torch.Tensor:
+    objective: nn.Module, batch: dict[str, torch.Tensor], n: int, accumulation: int, train_encoder: bool, scaler,
+    layout: BatchLayout | None,
+) -> torch.Tensor:  # fmt: skip
     """The batch's loss with its gradients accumulated: cached (in-batch negatives), in
     plain pieces, or in one pass."""
+    extra = {"layout": layout} if layout is not None else {}  # only objectives that read one get one
     inner = getattr(objective, "module", objective)  # under DistributedDataParallel
     gathers = getattr(inner, "gathers_negatives", False)
     world = distributed.world_size()
@@ -84,12 +79,12 @@ def _backward(
     scale = world if gathers and world > 1 else 1
     if accumulation > 1 and gathers:
         with _no_sync(objective):
-            loss = inner.cached_backward(batch, n, accumulation, scale)
+            loss = inner.cached_backward(batch, n, accumulation, scale, **extra)
         distributed.average_gradients(inner)
         return loss
     if accumulation > 1:
-        return _accumulated_backward(objective, batch, n, accumulation, train_encoder, scaler)
-    loss = objective(batch, n, train_encoder=train_encoder)
+        return _accumulated_backward(objective, batch, n, accumulation, train_encoder, scaler, layout)
+    loss = objective(batch, n, train_encoder=train_encoder, **extra)
     (scaler.scale(loss * scale) if scaler is not None else loss * scale).backward()
     return loss
 
@@ -100,20 +95,22 @@ def _no_sync(model: nn.Module):
 
 
 def _accumulated_backward(
-    model: nn.Module, batch: dict[str, torch.Tensor], n: int, pieces: int, train_encoder: bool, scaler
-) -> torch.Tensor:
-    """Plain accumulation (BSL: no in-batch negatives): each piece's loss weighted by its
-    share of the pairs; DDP syncs gradients on the last piece only."""
+    model: nn.Module, batch: dict[str, torch.Tensor], n: int, pieces: int, train_encoder: bool, scaler,
+    layout: BatchLayout | None,
+) -> torch.Tensor:  # fmt: skip
+    """Plain accumulation (BSL, distillation: no in-batch negatives): each piece's loss
+    weighted by its share of the pairs; DDP syncs gradients on the last piece only."""
     size = math.ceil(n / pieces)
     total = torch.zeros(())
     starts = list(range(0, n, size))
     for i, start in enumerate(starts):
         pairs = list(range(start, min(start + size, n)))
-        rows = pairs + [n + p for p in pairs]
+        rows, piece_layout = (layout or BatchLayout(n)).take(pairs)
         piece = {k: v[rows] for k, v in batch.items()}
+        extra = {"layout": piece_layout} if layout is not None else {}
         sync = contextlib.nullcontext() if i == len(starts) - 1 else _no_sync(model)
         with sync:
-            loss = model(piece, len(pairs), train_encoder=train_encoder) * (len(pairs) / n)
+            loss = model(piece, len(pairs), train_encoder=train_encoder, **extra) * (len(pairs) / n)
             (scaler.scale(loss) if scaler is not None else loss).backward()
         total = total + loss.detach().float().cpu()
     return total

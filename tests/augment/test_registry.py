@@ -113,7 +113,7 @@ def plugin(tmp_path, monkeypatch):
 def test_builtin_names_come_first_and_plugins_only_while_installed(tmp_path, monkeypatch):
     assert ENGINES.names()[:3] == ["apertium", "hf", "ctranslate2"]
     assert AUGMENTERS.names() == ["backtranslation", "forward", "identity", "synonym", "mlm", "entailment"]
-    assert OBJECTIVES.names() == ["bsl", "ntxent", "infonce", "sgopt", "isbert"]
+    assert OBJECTIVES.names() == ["bsl", "ntxent", "infonce", "sgopt", "isbert", "distill", "infonce-distill"]
     assert READERS.names() == ["text", "book", "senteval", "nli-jsonl", "csv", "parquet", "hf"]
     (tmp_path / "site").mkdir()
     with monkeypatch.context() as patch:
@@ -169,7 +169,7 @@ def test_unknown_names_list_what_is_registered(plugin):
     assert ENGINES.help().startswith("apertium, hf, ctranslate2") and ENGINES.help().endswith(", mirror")
     with pytest.raises(EngineError, match=f"unknown engine 'moses': use one of {ENGINES.help()}$"):
         make_engine("moses", "en", "es")
-    with pytest.raises(ValueError, match="unknown objective 'simcse': use one of bsl, .*isbert, echo"):
+    with pytest.raises(ValueError, match="unknown objective 'simcse': use one of bsl, .*distill, echo"):
         TrainConfig(objective="simcse")
     recipe = plugin / "bad.yaml"
     recipe.write_text(
@@ -208,5 +208,5 @@ def test_the_cli_lists_what_recipes_can_name(plugin):
     methods = "backtranslation, forward, identity, synonym, mlm, entailment, shout"
     assert f"augmenter methods [viewmill.augmenters]: {methods}" in lines
     assert f"engines [viewmill.engines]: {ENGINES.help()}" in lines and ENGINES.help().endswith(", mirror")
-    assert "objectives [viewmill.objectives]: bsl, ntxent, infonce, sgopt, isbert, echo" in lines
+    assert "objectives [viewmill.objectives]: bsl, ntxent, infonce, sgopt, isbert, distill, infonce-distill, echo" in lines
     assert "corpus formats [viewmill.readers]: text, book, senteval, nli-jsonl, csv, parquet, hf, pipes" in lines

@@ -206,20 +206,126 @@ def test_spearman_matches_sentence_transformers_evaluator_on_the_tiny_model(tmp_
     assert -100 <= ours <= 100 and len(data.gold) == 6
 
 
-def test_cross_lingual_stsb_pairs_english_with_the_other_language(tmp_path):
+# stsb-multi-mt's layout: one file per language and split, rows lined up, one score per row;
+# a sentence with a comma or a line break is quoted.
+MULTI_MT = {
+    "en": [("A man sings.", "A man, singing.", "4.5"), ("A dog runs.", "A cat sleeps.", "1.0"),
+           ("Two women talk.", "Two women are talking.", "5.0")],
+    "pt": [("Um homem canta.", "Um homem, a cantar.", "4.5"), ("Um cão corre.", "Um gato dorme.", "1.0"),
+           ("Duas mulheres falam.", "Duas mulheres\nestão a falar.", "5.0")],
+    "es": [("Un hombre canta.", "Un hombre cantando.", "4.5"), ("Un perro corre.", "Un gato duerme.", "1.0"),
+           ("Dos mujeres hablan.", "Dos mujeres están hablando.", "5.0")],
+}  # fmt: skip
+
+
+def _multi_mt(folder, split="dev", rows=MULTI_MT):
+    import csv
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for lang, lines in rows.items():
+        with (folder / f"stsb-{lang}-{split}.csv").open("w", encoding="utf-8", newline="") as f:
+            csv.writer(f).writerows(lines)
+    return folder
+
+
+def _pair(folder, lang_a=None, lang_b="pt", split="dev"):
     from viewmill.train.evaluate import StsTask, load_task
 
-    (tmp_path / "stsb-en-test.csv").write_text(
-        'A man sings.,"A man, singing.",4.5\nA dog.,A cat.,1.0\n', encoding="utf-8"
-    )
-    (tmp_path / "stsb-de-test.csv").write_text(
-        "Ein Mann singt.,Ein Mann singt.,4.5\nEin Hund.,Eine Katze.,1.0\n", encoding="utf-8"
-    )
-    data = load_task(StsTask(name="x", format="stsb-xling", path=tmp_path, lang_b="de"))["all"]
-    assert data.s1 == ["A man sings.", "A dog."] and data.s2 == ["Ein Mann singt.", "Eine Katze."]
-    (tmp_path / "stsb-de-test.csv").write_text("Ein Hund.,Eine Katze.,1.0\n", encoding="utf-8")
-    with pytest.raises(EvalDataError, match="stsb-de-test.csv has 1 rows, the English file 2"):
-        load_task(StsTask(name="x", format="stsb-xling", path=tmp_path, lang_b="de"))
+    settings = {"lang_a": lang_a} if lang_a else {}
+    task = StsTask(name="x", format="stsb-xling", path=folder, lang_b=lang_b, split=split, **settings)
+    return load_task(task)["all"]
+
+
+@pytest.mark.parametrize(("lang_a", "lang_b"), [("pt", "pt"), ("en", "pt"), ("pt", "es"), ("es", "en")])
+def test_stsb_multi_mt_pairs_any_two_languages_row_by_row(tmp_path, lang_a, lang_b):
+    data = _pair(_multi_mt(tmp_path), lang_a, lang_b)
+    assert data.s1 == [row[0] for row in MULTI_MT[lang_a]] and data.s2 == [row[1] for row in MULTI_MT[lang_b]]
+    assert data.gold.tolist() == [4.5, 1.0, 5.0]
+    kind = "one language" if lang_a == lang_b else "cross-lingual"
+    assert data.convention == f"all 3 pairs of STS-B dev, s1 {lang_a}, s2 {lang_b} ({kind}, stsb-multi-mt)"
+
+
+def test_stsb_xling_keeps_english_first_sentences_and_the_test_split_by_default(tmp_path):
+    from viewmill.train.evaluate import StsTask
+
+    _multi_mt(tmp_path, split="test")
+    task = StsTask(name="x", format="stsb-xling", path=tmp_path, lang_b="pt")
+    assert (task.lang_a, task.split) == ("en", "test")
+    assert _pair(tmp_path, lang_b="pt", split="test").s1 == [row[0] for row in MULTI_MT["en"]]
+
+
+def test_stsb_multi_mt_files_that_do_not_line_up_are_refused(tmp_path):
+    short = _multi_mt(tmp_path / "short", rows={**MULTI_MT, "pt": MULTI_MT["pt"][:2]})
+    with pytest.raises(EvalDataError, match="stsb-pt-dev.csv has 2 rows, stsb-en-dev.csv 3: .* line up row by row"):
+        _pair(short, "en", "pt")
+    other = [*MULTI_MT["es"][:2], (*MULTI_MT["es"][2][:2], "4.0")]
+    shifted = _multi_mt(tmp_path / "scores", rows={**MULTI_MT, "es": other})
+    with pytest.raises(EvalDataError, match="stsb-es-dev.csv row 3 has score 4.0, stsb-pt-dev.csv 5.0: .* not line up"):
+        _pair(shifted, "pt", "es")
+    (tmp_path / "short" / "stsb-pt-dev.csv").write_text("a,b\n", encoding="utf-8")
+    with pytest.raises(EvalDataError, match="stsb-pt-dev.csv: row 1 has 2 columns"):
+        _pair(short, "pt", "pt")
+    with pytest.raises(EvalDataError, match="stsb-fr-dev.csv"):
+        _pair(short, "en", "fr")
+    with pytest.raises(EvalDataError, match="stsb-multi-mt folder not found"):
+        _pair(tmp_path / "absent", "en", "pt")
+
+
+def test_stsb_multi_mt_settings_are_checked(tmp_path):
+    from pydantic import ValidationError
+    from viewmill.train.evaluate import StsTask
+
+    for bad, message in [
+        ({"format": "stsb-xling"}, "stsb-xling needs lang_b"),
+        ({"format": "stsb-xling", "lang_b": "../de"}, "String should match pattern"),
+        ({"format": "stsb-xling", "lang_b": "de", "split": "validation"}, "'dev', 'test' or 'train'"),
+        ({"format": "stsb", "lang_a": "pt"}, "split, lang_a and lang_b apply to format stsb-xling only"),
+    ]:
+        with pytest.raises(ValidationError, match=message):
+            StsTask(name="x", path=tmp_path, **bad)
+
+
+def test_one_pass_over_several_tasks_encodes_each_distinct_text_once(tmp_path, tiny_model):
+    """pt-pt and en-pt share every Portuguese second sentence, en-en and en-pt every English
+    first one: each text is encoded once per pass, and each set scores as it would alone."""
+    from viewmill.train.evaluate import model_scores, model_spearman_x100
+
+    folder = _multi_mt(tmp_path, rows={lang: MULTI_MT[lang] for lang in ("en", "pt")})
+    sets = {f"{a}-{b}": _pair(folder, a, b) for a, b in [("pt", "pt"), ("en", "pt"), ("en", "en")]}
+    model = load_sentence_model(str(tiny_model))
+    encoded = []
+    original = model.encode
+    model.encode = lambda texts, **kw: encoded.extend(texts) or original(texts, **kw)
+    scores = model_scores(model, sets)
+    distinct = {t for data in sets.values() for t in data.s1 + data.s2}
+    assert sorted(encoded) == sorted(distinct) and len(distinct) == 12, "each text once (pt and en, s1 and s2)"
+    alone = {name: model_spearman_x100(model, data) for name, data in sets.items()}
+    assert scores == pytest.approx(alone, abs=1e-6)
+    encoded.clear()
+    model_scores(model, sets)
+    assert sorted(encoded) == sorted(distinct), "a new pass encodes again: the weights may have changed"
+    # A suite (viewmill eval, the run's evaluate stage) shares one Embedder over its tasks too.
+    from viewmill.train import suite
+    from viewmill.train.evaluate import StsTask
+
+    encoded.clear()
+    embed = Embedder(model)
+    for a, b in [("pt", "pt"), ("en", "pt"), ("en", "en")]:
+        suite.score(embed, StsTask(name=a + b, format="stsb-xling", path=folder, lang_a=a, lang_b=b, split="dev"))
+    assert sorted(encoded) == sorted(distinct)
+
+
+def test_one_dev_task_scores_as_sentence_transformers_evaluator_did(tmp_path, tiny_model):
+    """Training's one-task dev figure is unchanged: the evaluator reading through the cache gives
+    the plain evaluator's figure exactly (no text is shared by s1 and s2 here)."""
+    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
+    from viewmill.train.evaluate import model_scores
+
+    data = load_stsb(write_sts_fixture(tmp_path / "sts.csv"))
+    model = load_sentence_model(str(tiny_model))
+    plain = EmbeddingSimilarityEvaluator(data.s1, data.s2, data.gold.tolist(), batch_size=64,
+                                         similarity_fn_names=["cosine"], name="sts", write_csv=False)  # fmt: skip
+    assert model_scores(model, {"dev": data}) == {"dev": float(plain(model)["sts_spearman_cosine"] * 100)}
 
 
 @needs_shared
@@ -244,6 +350,23 @@ def test_reproduces_minilm_on_sick_r_as_mteb_scores_it():
     assert len(data.gold) == 9927
     embed = Embedder(load_sentence_model(resolve_encoder("embedded:all-MiniLM-L6-v2")))
     assert spearman_x100(embed, data) == pytest.approx(77.58, abs=0.1)
+
+
+@needs_shared
+def test_the_shared_stsb_multi_mt_pairs_line_up_and_sick_trial_is_a_dev_set():
+    """Every language's dev file lines up with English (row count and scores); pt-pt, en-pt and
+    pt-es load with STS-B dev's 1,500 pairs; SICK's trial split reads as format sick (500 pairs)."""
+    from viewmill.train.evaluate import StsTask, load_task
+
+    folder = SHARED / "stsb_multi_mt"
+    for lang in ("de", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh"):
+        assert len(_pair(folder, "en", lang).gold) == 1500
+    pt = _pair(folder, "pt", "pt")
+    assert pt.s1[0] == "Um homem de chapéu duro está a dançar." and pt.gold[:2].tolist() == [5.0, 4.75]
+    assert _pair(folder, "pt", "es").gold.tolist() == pt.gold.tolist() == _pair(folder, "en", "pt").gold.tolist()
+    assert len(_pair(folder, "en", "pt", split="test").gold) == 1379
+    trial = load_task(StsTask(name="sick-trial", format="sick", path=SHARED / "sick" / "SICK_trial.txt"))["all"]
+    assert len(trial.gold) == 500 and trial.convention == "all 500 pairs of SICK_trial.txt"
 
 
 @needs_shared

@@ -105,7 +105,7 @@ def test_arrow_pairs_train_exactly_like_a_list_and_the_predictor_is_not_exported
 
 
 def test_momentum_schedules():
-    from viewmill.train.optimisation import target_momentum
+    from viewmill.train.bsl import target_momentum
 
     constant = TrainConfig(steps=100, momentum=0.99)
     assert {target_momentum(constant, s) for s in (1, 50, 100)} == {0.99}

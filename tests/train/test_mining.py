@@ -1,0 +1,158 @@
+"""Mining hard negatives: the chunked exact search and every control against a brute-force
+reference, bounded memory, random sampling, and the faiss index against the exact search."""
+
+import numpy as np
+import pytest
+import torch
+from pydantic import ValidationError
+from viewmill.train.mining import AUTO_FAISS_CANDIDATES, Exclusion, MinedNegatives, exact_top_k, mine
+
+N_ANCHORS, N_CANDIDATES, DIM = 40, 90, 12
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.normalize(x, dim=-1)
+
+
+@pytest.fixture(scope="module")
+def case():
+    """Random unit vectors: each anchor's sentence owns a few candidates (its views), some
+    anchors' own and positive texts are candidates, and positives lie near their anchors."""
+    g = torch.Generator().manual_seed(7)
+    candidates = _unit(torch.randn(N_CANDIDATES, DIM, generator=g))
+    candidate_group = torch.randint(0, 30, (N_CANDIDATES,), generator=g)
+    anchor_group = torch.randint(0, 30, (N_ANCHORS,), generator=g)
+    anchors = _unit(candidates[torch.randint(0, N_CANDIDATES, (N_ANCHORS,), generator=g)]
+                    + 0.8 * torch.randn(N_ANCHORS, DIM, generator=g))  # fmt: skip
+    positives = _unit(anchors + 0.6 * torch.randn(N_ANCHORS, DIM, generator=g))
+    text = torch.randint(-1, N_CANDIDATES, (2, N_ANCHORS), generator=g)
+    exclusion = Exclusion(anchor_group, candidate_group, anchor_text=text[0], positive_text=text[1])
+    return anchors, positives, candidates, exclusion
+
+
+def brute_force(anchors, positives, candidates, exclusion, spec: MinedNegatives) -> list[list[tuple[int, float]]]:
+    """The definition, spelled out: the whole similarity matrix, each anchor's allowed
+    candidates ranked, the rank window, the filters, the closest per_anchor."""
+    a, p, c = (t.double().numpy() for t in (anchors, positives, candidates))
+    scores = a @ c.T
+    exclusions = (exclusion.candidate_group, exclusion.anchor_group, exclusion.anchor_text, exclusion.positive_text)
+    groups, own, own_text, positive_text = (t.tolist() for t in exclusions)
+    out = []
+    for i in range(len(a)):
+        allowed = [j for j in range(len(c)) if groups[j] != own[i] and j not in (own_text[i], positive_text[i])]
+        ranked = sorted(allowed, key=lambda j: -scores[i, j])[spec.range_min : spec.window_end()]
+        positive = float(a[i] @ p[i])
+        kept = [
+            j for j in ranked
+            if (spec.max_score is None or scores[i, j] <= spec.max_score)
+            and (spec.absolute_margin is None or scores[i, j] + spec.absolute_margin <= positive)
+            and (spec.relative_margin is None or scores[i, j] <= positive - abs(positive) * spec.relative_margin)
+        ]  # fmt: skip
+        out.append([(j, float(scores[i, j])) for j in kept[: spec.per_anchor]])
+    return out
+
+
+CONTROLS = [
+    {},
+    {"per_anchor": 3},
+    {"range_min": 2, "range_max": 12, "per_anchor": 4},
+    {"max_score": 0.3, "per_anchor": 2},
+    {"absolute_margin": 0.1, "per_anchor": 2},
+    {"relative_margin": 0.2, "per_anchor": 2},
+    {"range_min": 1, "range_max": 30, "max_score": 0.5, "absolute_margin": 0.0, "relative_margin": 0.05,
+     "per_anchor": 5},
+    {"per_anchor": 3, "range_max": 200},  # a window wider than the corpus
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("chunk_size", [1000, 7])
+@pytest.mark.parametrize("controls", CONTROLS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default")
+def test_mining_matches_the_brute_force_definition(case, controls, chunk_size):
+    spec = MinedNegatives(source="mined", chunk_size=chunk_size, **controls)
+    keys = [f"p{i}" for i in range(N_ANCHORS)]
+    got = mine(*case, spec, keys)
+    expected = brute_force(*case, spec)
+    assert [[i for i, _ in row] for row in got] == [[i for i, _ in row] for row in expected]
+    assert np.allclose([s for row in got for s in row], [s for row in expected for s in row], atol=1e-5)
+    assert any(len(row) < spec.per_anchor for row in got) == any(len(r) < spec.per_anchor for r in expected)
+
+
+def test_filters_bite_in_this_case(case):
+    """The reference case is one where each filter drops something (else the test above proves little)."""
+    base = brute_force(*case, MinedNegatives(source="mined", per_anchor=2, range_max=20))
+    for control in ({"max_score": 0.3}, {"absolute_margin": 0.1}, {"relative_margin": 0.2}):
+        filtered = brute_force(*case, MinedNegatives(source="mined", per_anchor=2, range_max=20, **control))
+        assert filtered != base, control
+
+
+def test_random_sampling_draws_from_the_allowed_window_stably(case):
+    keys = [f"p{i}" for i in range(N_ANCHORS)]
+    controls = {"source": "mined", "per_anchor": 3, "range_max": 15, "sampling": "random", "max_score": 0.6}
+    drawn = mine(*case, MinedNegatives(**controls), keys)
+    allowed = brute_force(*case, MinedNegatives(**{**controls, "sampling": "top", "per_anchor": 15}))
+    for row, pool in zip(drawn, allowed, strict=True):
+        assert len(row) == min(3, len(pool)) and {i for i, _ in row} <= {i for i, _ in pool}
+        assert [s for _, s in row] == sorted((s for _, s in row), reverse=True), "closest first"
+    assert mine(*case, MinedNegatives(**controls, chunk_size=5), keys) == drawn, "chunking never changes a draw"
+    assert mine(*case, MinedNegatives(**controls, seed=1), keys) != drawn
+    reordered = mine(*(t.flip(0) if t.shape[0] == N_ANCHORS else t for t in case[:3]),
+                     _flipped(case[3]), MinedNegatives(**controls), keys[::-1])  # fmt: skip
+    assert reordered[::-1] == drawn, "a pair's draw depends on its key, not its position"
+
+
+def _flipped(exclusion: Exclusion) -> Exclusion:
+    return Exclusion(exclusion.anchor_group.flip(0), exclusion.candidate_group, exclusion.anchor_text.flip(0),
+                     exclusion.positive_text.flip(0))  # fmt: skip
+
+
+class LargestTensor(torch.overrides.TorchFunctionMode):
+    """The most elements any tensor a torch call returns inside the block has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for value in out if isinstance(out, tuple) else (out,):
+            if isinstance(value, torch.Tensor):
+                self.largest = max(self.largest, value.numel())
+        return out
+
+
+def test_chunked_search_never_holds_the_whole_similarity_matrix():
+    g = torch.Generator().manual_seed(3)
+    anchors, candidates = _unit(torch.randn(300, 8, generator=g)), _unit(torch.randn(500, 8, generator=g))
+    exclusion = Exclusion(torch.arange(300), torch.arange(500) + 300, torch.full((300,), -1), torch.full((300,), -1))
+    k, chunk = 4, 16
+    with LargestTensor() as watch:
+        scores, index = exact_top_k(anchors, candidates, k, exclusion, chunk)
+    assert watch.largest <= max(chunk * (chunk + k), 300 * k) < 300 * 500 // 50
+    whole = anchors @ candidates.T
+    expected_scores, expected_index = torch.topk(whole, k, dim=1)
+    assert torch.equal(index, expected_index) and torch.allclose(scores, expected_scores, atol=1e-6)
+
+
+def test_faiss_finds_what_the_exact_search_finds_on_well_separated_data():
+    g = torch.Generator().manual_seed(5)
+    candidates = _unit(torch.randn(600, 32, generator=g))
+    anchors = _unit(candidates[:200] + 0.05 * torch.randn(200, 32, generator=g))
+    group = torch.arange(600)
+    exclusion = Exclusion(group[:200], group, torch.full((200,), -1), torch.arange(200))  # its own text is out
+    spec = MinedNegatives(source="mined", per_anchor=5, chunk_size=64)
+    keys = [str(i) for i in range(200)]
+    exact = mine(anchors, anchors, candidates, exclusion, spec, keys, index="exact")
+    approximate = mine(anchors, anchors, candidates, exclusion, spec, keys, index="faiss")
+    assert [[i for i, _ in row] for row in approximate] == [[i for i, _ in row] for row in exact]
+    assert all(i != own for own, row in enumerate(exact) for i, _ in row)
+
+
+def test_the_index_is_chosen_by_corpus_size_and_the_window_must_hold_the_negatives():
+    spec = MinedNegatives(source="mined")
+    assert spec.index_for(AUTO_FAISS_CANDIDATES - 1) == "exact" and spec.index_for(AUTO_FAISS_CANDIDATES) == "faiss"
+    assert MinedNegatives(source="mined", index="exact").index_for(10**9) == "exact"
+    assert MinedNegatives(source="mined", per_anchor=2, max_score=0.9).window_end() == 20
+    with pytest.raises(ValidationError, match="per_anchor 5 does not fit ranks 3..6: raise range_max"):
+        MinedNegatives(source="mined", per_anchor=5, range_min=3, range_max=6)
+    with pytest.raises(ValidationError, match=r"range_max \(2\) must be larger than range_min \(4\)"):
+        MinedNegatives(source="mined", range_min=4, range_max=2)
