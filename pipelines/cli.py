@@ -225,11 +225,8 @@ def eval_models(
     from viewmill.pipelines.state import StatePaths
 
     state = StatePaths.resolve(state_dir)
-    try:
-        report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out,
-                              settings=load_settings(catalog))  # fmt: skip
-    except user_errors() as exc:
-        fail(exc)
+    report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out,
+                          settings=load_settings(catalog))  # fmt: skip
     console.print(report.markdown, highlight=False, markup=False)
     for line in report.conventions:
         console.print(line, highlight=False, markup=False)

@@ -14,9 +14,7 @@ from viewmill.pipelines.cli_common import (
     StateDir,
     console,
     err_console,
-    fail,
     open_lake_read_only,
-    user_errors,
 )
 from viewmill.pipelines.output import print_table
 
@@ -26,14 +24,11 @@ lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True, context_s
 @lake_app.command("snapshots")
 def snapshots(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
     """List the named pairs snapshots."""
-    try:
-        with open_lake_read_only(state_dir, catalog) as lake:
-            table = lake.arrow(
-                "SELECT snapshot, recipe, corpus, n_pairs, lake_version, created_at, run_id "
-                "FROM snapshots ORDER BY created_at"
-            )
-    except user_errors() as exc:
-        fail(exc)
+    with open_lake_read_only(state_dir, catalog) as lake:
+        table = lake.arrow(
+            "SELECT snapshot, recipe, corpus, n_pairs, lake_version, created_at, run_id "
+            "FROM snapshots ORDER BY created_at"
+        )
     print_table(table, console)
 
 
@@ -58,11 +53,8 @@ def export(
     """Export a pairs snapshot (and its hard negatives) for other tools."""
     from viewmill.storage.snapshots import export_snapshot
 
-    try:
-        with open_lake_read_only(state_dir, catalog) as lake:
-            n = export_snapshot(lake, snapshot, out, fmt, layout)
-    except user_errors() as exc:
-        fail(exc)
+    with open_lake_read_only(state_dir, catalog) as lake:
+        n = export_snapshot(lake, snapshot, out, fmt, layout)
     err_console.print(f"wrote {n} pairs of {snapshot} to {out}", highlight=False)  # status, not a result
 
 

@@ -182,16 +182,11 @@ def serve(
     if catalog:  # the flow runs served here read VIEWMILL_* once each, like a worker's runs
         os.environ[CATALOG_ENV] = catalog
     state = StatePaths.resolve(state_dir)
-    try:
-        load_recipe(recipe)
-    except user_errors() as exc:
-        fail(exc)
+    load_recipe(recipe)
     from viewmill.pipelines.prefect_env import connect_prefect
 
-    try:  # schedules and triggers need the user's server (PREFECT_API_URL or the profile's)
-        err_console.print(connect_prefect(None), highlight=False)
-    except user_errors() as exc:
-        fail(exc)
+    # schedules and triggers need the user's server (PREFECT_API_URL or the profile's)
+    err_console.print(connect_prefect(None), highlight=False)
     from prefect import serve as prefect_serve
     from viewmill.pipelines import deploy
 

@@ -56,7 +56,7 @@ class TrainConfig(BaseModel):
         "negatives; ntxent and infonce on pairs with negatives",
     )
     distill_weight: float = Field(
-        50.0, ge=0, description="infonce-distill: weight of the MSE that keeps the source's embedding at the start's"
+        200.0, ge=0, description="infonce-distill: weight of the MSE that keeps the source's embedding at the start's"
     )
     # SG-OPT
     sgopt_lambda: float = Field(0.1, ge=0)
