@@ -40,6 +40,12 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
 
 
+def mean_pooled(encoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The encoder's mean-pooled last hidden state: what the exported models compute."""
+    out = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    return mean_pool(out.last_hidden_state, batch["attention_mask"])
+
+
 def negative_cosine(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """2 - 2 cos, averaged over the batch (BYOL's normalised MSE)."""
     return (2 - 2 * F.cosine_similarity(prediction, target.detach(), dim=-1)).mean()
@@ -59,10 +65,7 @@ class BSL(nn.Module):
         self.target.eval()  # the target always runs without dropout
         return self
 
-    @staticmethod
-    def embed(encoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-        return mean_pool(out.last_hidden_state, batch["attention_mask"])
+    embed = staticmethod(mean_pooled)
 
     def sentence_embedding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The online encoder's mean-pooled output: what inference uses."""

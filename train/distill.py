@@ -14,7 +14,7 @@ import copy
 import torch
 import torch.nn.functional as F
 from torch import nn
-from viewmill.train.bsl import mean_pool
+from viewmill.train.bsl import mean_pooled
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
 from viewmill.train.objectives import Objective
@@ -34,18 +34,13 @@ class Distill(nn.Module):
         self.teacher.eval()  # the teacher always runs without dropout
         return self
 
-    @staticmethod
-    def _embed(encoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-        return mean_pool(out.last_hidden_state, batch["attention_mask"])
-
     def sentence_embedding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The student's mean-pooled output, un-normalised: what the exported model computes."""
-        return self._embed(self.encoder, batch)
+        return mean_pooled(self.encoder, batch)
 
     def teacher_embedding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         with torch.no_grad():
-            return self._embed(self.teacher, batch)
+            return mean_pooled(self.teacher, batch)
 
     def loss(
         self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True, layout: BatchLayout | None = None
