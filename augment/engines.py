@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+from viewmill.storage.extension_points import Registry, RegistryError
 from viewmill.storage.ids import canonical_json
-from viewmill.storage.registry import Registry, RegistryError
 
 
 class EngineError(RuntimeError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from viewmill.storage.datasets import missing_hint
-from viewmill.storage.registry import Registry, RegistryError
+from viewmill.storage.extension_points import Registry, RegistryError
 
 
 class CorpusError(ValueError):

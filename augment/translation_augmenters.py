@@ -11,8 +11,8 @@ from pydantic import Field, field_validator, model_validator
 from viewmill.augment.augmenter_base import AugmenterConfig, ProducedView, Producer
 from viewmill.augment.cache import CacheStats, translate_cached
 from viewmill.augment.engines import ENGINES, DecodingSpec, TranslationEngine, make_engine
+from viewmill.storage.extension_points import RegistryError
 from viewmill.storage.lake import Lake
-from viewmill.storage.registry import RegistryError
 
 
 class Translating(AugmenterConfig):

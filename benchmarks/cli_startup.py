@@ -38,7 +38,7 @@ OLD_CLI = """import importlib, sys
 finder = importlib.import_module({finder!r})
 finder.MAPPING.update({mapping!r})
 sys.argv = ["viewmill", *sys.argv[1:]]
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 app()
 """
 

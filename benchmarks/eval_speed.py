@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import torch
 from viewmill.train.encoder import load_sentence_model, resolve_encoder
-from viewmill.train.evaluate import Embedder, load_sick, load_stsb, spearman_x100
+from viewmill.train.evaluation.sts import Embedder, load_sick, load_stsb, spearman_x100
 
 DATA = Path(__file__).resolve().parents[1] / "recipes" / "data"
 

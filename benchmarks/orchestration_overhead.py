@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from viewmill.pipelines.prefect_env import configure_prefect
+from viewmill.pipelines.orchestration.prefect_env import configure_prefect
 from viewmill.pipelines.state import StatePaths
 
 RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml")
@@ -35,7 +35,7 @@ def main() -> None:
         configure_prefect(StatePaths(Path(tmp) / "prefect"))
         from transformers.utils import logging as hf_logging
         from viewmill.pipelines.context import RunContext
-        from viewmill.pipelines.flows import recipe_flow
+        from viewmill.pipelines.orchestration.flows import recipe_flow
         from viewmill.pipelines.recipe import load_recipe
         from viewmill.pipelines.run import run_recipe
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import load_sentence_model
-from viewmill.train.evaluate import Embedder, StsTask, concatenated, load_task, spearman_x100
+from viewmill.train.evaluation.sts import Embedder, StsTask, concatenated, load_task, spearman_x100
 from viewmill.train.loop import train_model
 
 TASKS = {

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "viewmill.pipelines.cli"]
+CLI = [sys.executable, "-m", "viewmill.pipelines.cli.app"]
 
 
 def _augment_only(tmp: Path) -> Path:

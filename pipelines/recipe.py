@@ -28,10 +28,10 @@ from viewmill.storage import datasets
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.storage.negatives import NLI_SOURCE, NliContradictions
 from viewmill.train.config import TrainConfig
-from viewmill.train.evaluate import StsTask
+from viewmill.train.evaluation.senteval import TransferTask
+from viewmill.train.evaluation.sts import StsTask
+from viewmill.train.evaluation.suite import EvalTask
 from viewmill.train.mining import MinedNegatives
-from viewmill.train.senteval import TransferTask
-from viewmill.train.suite import EvalTask
 
 DEFAULT_EVAL_EVERY = 20
 

@@ -12,14 +12,14 @@ from typing import Any
 
 from viewmill.augment.models import release_models
 from viewmill.augment.views import ShardReport
-from viewmill.pipelines.augment_stage import ShardJob, augment_finish, augment_plan, run_shards_here, shard_jobs
 from viewmill.pipelines.context import RunContext, new_run_id
-from viewmill.pipelines.eval_stage import EvalTarget, evaluate_stage
-from viewmill.pipelines.ingest_stage import ingest_stage
-from viewmill.pipelines.pair_stage import existing_snapshot, pair_stage
-from viewmill.pipelines.preflight import preflight
 from viewmill.pipelines.run_record import RunSummary, record_run
-from viewmill.pipelines.train_stage import train_stage
+from viewmill.pipelines.stages.augment import ShardJob, augment_finish, augment_plan, run_shards_here, shard_jobs
+from viewmill.pipelines.stages.evaluate import EvalTarget, evaluate_stage
+from viewmill.pipelines.stages.ingest import ingest_stage
+from viewmill.pipelines.stages.pair import existing_snapshot, pair_stage
+from viewmill.pipelines.stages.preflight import preflight
+from viewmill.pipelines.stages.train import train_stage
 from viewmill.storage.snapshots import Snapshot
 from viewmill.train.encoder import resolve_encoder
 from viewmill.train.export import model_id_of

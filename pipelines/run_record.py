@@ -12,9 +12,9 @@ from typing import Any
 import pyarrow as pa
 from viewmill.augment.views import AugmentReport
 from viewmill.pipelines.context import RunContext
-from viewmill.pipelines.eval_stage import EvalRow
-from viewmill.pipelines.ingest_stage import IngestReport
-from viewmill.pipelines.train_stage import TrainResult
+from viewmill.pipelines.stages.evaluate import EvalRow
+from viewmill.pipelines.stages.ingest import IngestReport
+from viewmill.pipelines.stages.train import TrainResult
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.schema import RUNS
 from viewmill.storage.snapshots import Snapshot

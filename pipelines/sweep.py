@@ -20,7 +20,7 @@ from viewmill.storage.ids import canonical_json
 from viewmill.storage.schema import SWEEPS
 from viewmill.storage.settings import Settings
 from viewmill.train.dev_scores import weighted_mean
-from viewmill.train.suite import bar_chart
+from viewmill.train.evaluation.suite import bar_chart
 
 START = "start"  # the untrained encoder's row
 

@@ -165,7 +165,7 @@ def _stop_temporary_prefect_servers(tmp_path_factory):
     """Runs under test leave their state directory's reusable Prefect server up (by design, it
     idles for 30 minutes): stop every one this session started once the session ends."""
     yield
-    from viewmill.pipelines import local_server
+    from viewmill.pipelines.orchestration import local_server
 
     for record in tmp_path_factory.getbasetemp().glob("**/server.json"):
         try:

@@ -52,7 +52,7 @@ def test_require_names_the_extra_of_a_missing_optional_package(monkeypatch):
 def test_the_cli_reports_a_missing_extra_as_one_line_and_exit_2(tmp_path):
     blocked = "import sys; sys.modules['prefect'] = None; sys.modules['psutil'] = None\n"
     run = "sys.argv = ['viewmill', 'server', 'status', '--state-dir', sys.argv[1]]\n"
-    code = blocked + run + "from viewmill.pipelines.cli import app\napp()\n"
+    code = blocked + run + "from viewmill.pipelines.cli.app import app\napp()\n"
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == (

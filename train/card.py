@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from viewmill.storage.registry import RegistryError
+from viewmill.storage.extension_points import RegistryError
 from viewmill.train.embedded import EMBEDDED
 from viewmill.train.encoder import CNN_REF, EMBEDDED_PREFIX, MODELING_FILE
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from viewmill.storage.registry import Registry, RegistryError
+from viewmill.storage.extension_points import Registry, RegistryError
 from viewmill.train import modeling_isbert
 from viewmill.train.bsl import ema_step, mean_pool
 from viewmill.train.distributed import gather_with_local_grad

@@ -12,8 +12,8 @@ from viewmill.augment.readers import READERS
 from viewmill.pipelines.recipe import RecipeError, load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
+from viewmill.storage.extension_points import RegistryError
 from viewmill.storage.lake import Lake
-from viewmill.storage.registry import RegistryError
 from viewmill.train.config import TrainConfig
 from viewmill.train.objectives import OBJECTIVES
 
@@ -200,7 +200,7 @@ def test_a_plugin_entry_of_the_wrong_kind_is_refused(tmp_path, monkeypatch):
 
 def test_the_cli_lists_what_recipes_can_name(plugin):
     from typer.testing import CliRunner
-    from viewmill.pipelines.cli import app
+    from viewmill.pipelines.cli.app import app
 
     result = CliRunner().invoke(app, ["plugins"])
     assert result.exit_code == 0, result.output

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 from viewmill.augment.ingest import ingest
 from viewmill.augment.sanitise import rejection
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
 
 from tests.conftest import needs_apertium

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from viewmill.pipelines import local_server
+from viewmill.pipelines.orchestration import local_server
 
 
 def wait_healthy(api: str, process: subprocess.Popen, timeout_s: float = 240) -> None:

@@ -22,7 +22,7 @@ from tests.conftest import needs_apertium
 from tests.integration.servers import client_env, prefect_server
 
 pytestmark = [pytest.mark.slow, needs_apertium]
-CLI = [sys.executable, "-m", "viewmill.pipelines.cli"]
+CLI = [sys.executable, "-m", "viewmill.pipelines.cli.app"]
 PREFECT = [sys.executable, "-m", "prefect"]
 
 

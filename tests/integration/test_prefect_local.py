@@ -12,13 +12,13 @@ import uuid
 import httpx
 import psutil
 import pytest
-from viewmill.pipelines import local_server
+from viewmill.pipelines.orchestration import local_server
 
 from tests.conftest import REPO, needs_apertium
 from tests.integration.servers import prefect_server
 
 pytestmark = pytest.mark.slow
-CLI = [sys.executable, "-m", "viewmill.pipelines.cli"]
+CLI = [sys.executable, "-m", "viewmill.pipelines.cli.app"]
 
 
 @pytest.fixture(scope="module")

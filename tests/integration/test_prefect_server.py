@@ -71,8 +71,8 @@ def test_a_deployment_runs_through_a_worker_and_fills_the_lake(tmp_path, tiny_re
     subprocess.run([*prefect, "work-pool", "create", "viewmill-it", "--type", "process"], env=env, check=True,
                    capture_output=True)  # fmt: skip
     deploy = f"""
-from viewmill.pipelines.flows import recipe_flow
-recipe_flow.from_source(source={str(REPO)!r}, entrypoint="pipelines/flows.py:recipe_flow").deploy(
+from viewmill.pipelines.orchestration.flows import recipe_flow
+recipe_flow.from_source(source={str(REPO)!r}, entrypoint="pipelines/orchestration/flows.py:recipe_flow").deploy(
     name="it", work_pool_name="viewmill-it",
     parameters={{"recipe_path": {str(tiny_recipe)!r}, "state_dir": {str(state_dir)!r}}},
 )

@@ -1,11 +1,11 @@
 """What a run shows in Prefect, computed from a real lake: its own views (not the lake's),
 a sample of them, one log line per stage, the training table, the snapshot event."""
 
-from viewmill.pipelines import artifacts
+from viewmill.pipelines.orchestration import artifacts
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
+from viewmill.pipelines.stages.train import TrainResult
 from viewmill.pipelines.state import StatePaths
-from viewmill.pipelines.train_stage import TrainResult
 from viewmill.storage.lake import Lake
 from viewmill.storage.snapshots import Snapshot
 from viewmill.train.loop import TrainReport

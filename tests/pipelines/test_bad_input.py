@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 
 from tests.lake_state import lake_state, small_lake
 from tests.tmpfs import fill, tmpfs

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
@@ -99,7 +99,7 @@ def test_dask_without_prefect_and_a_malformed_dask_address_are_refused_before_an
 
 
 def test_a_malformed_dask_address_names_the_form_to_use():
-    from viewmill.pipelines.flows import task_runner
+    from viewmill.pipelines.orchestration.flows import task_runner
     from viewmill.pipelines.recipe import RecipeError
 
     with pytest.raises(RecipeError, match="write local:N"):
@@ -282,7 +282,7 @@ HEAVY = ("torch", "transformers", "sentence_transformers", "prefect")
 PROBE = """
 import json, sys
 sys.argv = ["viewmill", *sys.argv[1:]]
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 code = None
 try:
     app()

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe, load_suite
-from viewmill.storage import data_registry, datasets
-from viewmill.storage.data_registry import BY_NAME, Dataset
-from viewmill.train.evaluate import EvalDataError, StsTask, load_stsb, load_task
+from viewmill.storage import dataset_sources, datasets
+from viewmill.storage.dataset_sources import BY_NAME, Dataset
+from viewmill.train.evaluation.sts import EvalDataError, StsTask, load_stsb, load_task
 
 from tests.conftest import REPO
 
@@ -262,7 +262,7 @@ def test_shipped_recipes_and_suites_name_data_sets_that_the_registry_provides(da
         assert datasets.dataset_for(path.relative_to(data_root).as_posix()) is not None, path
     with pytest.raises(EvalDataError, match="STS folder not found: .*; fetch it with: viewmill data fetch sts12"):
         load_task(suite.tasks[0])
-    assert {d.name for d in data_registry.DATASETS} == set(datasets.BY_NAME)
+    assert {d.name for d in dataset_sources.DATASETS} == set(datasets.BY_NAME)
 
 
 def test_the_shared_checkout_is_the_fallback_only_where_it_has_the_file(data_root, monkeypatch, tmp_path):

@@ -3,13 +3,13 @@
 import socket
 
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 
 runner = CliRunner()
 
 
 def test_nightly_augmentation_and_training_on_new_pairs(tmp_path, tiny_recipe):
-    from viewmill.pipelines.deploy import recipe_deployments
+    from viewmill.pipelines.orchestration.deploy import recipe_deployments
 
     nightly, training = recipe_deployments(str(tiny_recipe), str(tmp_path / "state"), cron="30 1 * * *")
     assert nightly.name == "tiny-served-nightly-augment" and nightly.flow_name == "viewmill-augment"
@@ -23,7 +23,7 @@ def test_nightly_augmentation_and_training_on_new_pairs(tmp_path, tiny_recipe):
 
 
 def test_worker_deployments_import_the_installed_flows_under_their_own_names(tmp_path, tiny_recipe):
-    from viewmill.pipelines.deploy import Workers, recipe_deployments
+    from viewmill.pipelines.orchestration.deploy import Workers, recipe_deployments
 
     workers = Workers("cpu-pool", "gpu-pool", workdir=str(tmp_path / "work"))
     nightly, training = recipe_deployments(tiny_recipe, tmp_path / "state", workers=workers)
@@ -31,8 +31,8 @@ def test_worker_deployments_import_the_installed_flows_under_their_own_names(tmp
     assert {nightly.name, training.name} == {"tiny-nightly-augment", "tiny-train"}
     assert not {nightly.name, training.name} & {d.name for d in served}, "serve stopping would pause deploy's"
     # A module path: no pull step, no folder the worker must have; any install of viewmill runs it.
-    assert nightly.entrypoint == "viewmill.pipelines.flows.augment_flow" and nightly.storage is None
-    assert training.entrypoint == "viewmill.pipelines.flows.train_flow"
+    assert nightly.entrypoint == "viewmill.pipelines.orchestration.flows.augment_flow" and nightly.storage is None
+    assert training.entrypoint == "viewmill.pipelines.orchestration.flows.train_flow"
     assert (nightly.work_pool_name, training.work_pool_name) == ("cpu-pool", "gpu-pool")
     assert nightly.job_variables == {"working_dir": str(tmp_path / "work")}
     assert nightly.paused is False, "a redeploy resumes a deployment that was paused"

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from viewmill.pipelines import artifacts
+from viewmill.pipelines.orchestration import artifacts
 from viewmill.pipelines.recipe import DevTask, RecipeError, load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
+from viewmill.pipelines.stages.train import _dev_scorer, model_id_for
 from viewmill.pipelines.state import StatePaths
 from viewmill.pipelines.sweep import run_sweep
-from viewmill.pipelines.train_stage import _dev_scorer, model_id_for
 from viewmill.storage.lake import Lake
 from viewmill.train.encoder import load_sentence_model
-from viewmill.train.evaluate import EvalDataError, concatenated, load_task, model_spearman_x100
+from viewmill.train.evaluation.sts import EvalDataError, concatenated, load_task, model_spearman_x100
 
 from tests.conftest import needs_apertium, write_sts_fixture
 

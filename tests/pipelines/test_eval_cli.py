@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths

@@ -13,7 +13,7 @@ def test_recipe_flow_runs_every_stage_as_a_task(tmp_path, tiny_recipe, prefect_s
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from viewmill.pipelines.flows import recipe_flow
+    from viewmill.pipelines.orchestration.flows import recipe_flow
 
     state_dir = tmp_path / "state"
     state = recipe_flow(str(tiny_recipe), str(state_dir), return_state=True)
@@ -48,7 +48,7 @@ def test_recipe_flow_runs_every_stage_as_a_task(tmp_path, tiny_recipe, prefect_s
     tags = asyncio.run(task_tags())
     assert tags["train"] == ["gpu"] and tags["evaluate"] == ["gpu"] and tags["ingest"] == []
 
-    from viewmill.pipelines.deploy import ensure_gpu_limit
+    from viewmill.pipelines.orchestration.deploy import ensure_gpu_limit
 
     ensure_gpu_limit()
     ensure_gpu_limit()  # idempotent
@@ -59,7 +59,7 @@ def test_recipe_flow_runs_every_stage_as_a_task(tmp_path, tiny_recipe, prefect_s
     with Lake(state_dir / "lake", read_only=True) as lake:
         assert lake.scalar("SELECT flow FROM runs") == "prefect:viewmill-recipe"
 
-    from viewmill.pipelines.flows import train_flow
+    from viewmill.pipelines.orchestration.flows import train_flow
 
     again = train_flow(
         str(tiny_recipe), str(state_dir), snapshot=summary["snapshot"]["name"], overrides=["train.steps=3"],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
 
 from tests.lake_state import lake_state, small_lake

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.storage.attach import LakeLocation, attach_sql, secret_statements
 from viewmill.storage.catalog import Catalog
 from viewmill.storage.lake import Lake, LakeError
@@ -22,7 +22,7 @@ from tests.postgres import needs_postgres, postgres_server
 
 runner = CliRunner()
 TABLES = ("sentences", "views", "pairs", "snapshots", "corpus_versions")
-CLI = [sys.executable, "-m", "viewmill.pipelines.cli"]
+CLI = [sys.executable, "-m", "viewmill.pipelines.cli.app"]
 # Runs the SQL on stdin in a fresh DuckDB (no viewmill import), then prints each table's count
 # as JSON, or the error a write raises.
 READER = """

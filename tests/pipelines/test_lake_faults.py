@@ -10,7 +10,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
@@ -86,7 +86,7 @@ def test_a_run_against_a_data_folder_without_its_catalog_is_refused(ran, tiny_re
 
 @pytest.mark.slow
 def test_views_deleted_behind_the_shard_cache_are_made_again_by_the_flow(tmp_path, tiny_recipe, prefect_server):
-    from viewmill.pipelines.flows import augment_flow
+    from viewmill.pipelines.orchestration.flows import augment_flow
 
     state_dir = tmp_path / "state"
     first = augment_flow(str(tiny_recipe), str(state_dir))

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.storage.file_hashes import RECORD_DIR
 from viewmill.storage.integrity import verify_lake
 from viewmill.storage.lake import Lake, LakeError
@@ -229,7 +229,7 @@ def _expect_repaired(state: Path, expected: dict) -> None:
 REPAIR = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from viewmill.pipelines.cli import app
+    from viewmill.pipelines.cli.app import app
     state, go = sys.argv[1], Path(sys.argv[2])
     print("ready", flush=True)
     while not go.exists():

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 from viewmill.augment.meaning import normalised
-from viewmill.pipelines.augment_stage import augment_finish, augment_plan, run_shards_here, shard_jobs
-from viewmill.pipelines.cli import app
-from viewmill.pipelines.ingest_stage import ingest_stage
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
+from viewmill.pipelines.stages.augment import augment_finish, augment_plan, run_shards_here, shard_jobs
+from viewmill.pipelines.stages.ingest import ingest_stage
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 from viewmill.train.encoder import load_sentence_model

@@ -3,7 +3,7 @@ names (issue 23.11), and no message carries pydantic's "Value error," prefix."""
 
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import RecipeError, load_recipe
 
 from viewmill.spelling import did_you_mean

@@ -8,8 +8,13 @@ import subprocess
 import sys
 
 import pytest
-from viewmill.pipelines import local_server
-from viewmill.pipelines.prefect_env import PrefectServerError, PrefectTarget, configured_server, connect_prefect
+from viewmill.pipelines.orchestration import local_server
+from viewmill.pipelines.orchestration.prefect_env import (
+    PrefectServerError,
+    PrefectTarget,
+    configured_server,
+    connect_prefect,
+)
 
 
 def _profiles(home, active: str, url: str) -> None:
@@ -104,7 +109,7 @@ def test_a_lease_whose_pid_was_recycled_does_not_keep_the_server_up(tmp_path):
 
 def test_server_commands_without_a_server_and_deploy_of_a_missing_file(tmp_path, monkeypatch):
     from typer.testing import CliRunner
-    from viewmill.pipelines.cli import app
+    from viewmill.pipelines.cli.app import app
 
     runner = CliRunner()
     state = str(tmp_path / "state")

@@ -4,7 +4,7 @@ before ingest writes anything: the meaning filter's and the miner's load only la
 from __future__ import annotations
 
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 
 from tests.lake_state import lake_state, small_lake
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.progress import INTERVAL_ENV, PlainProgress, progress_bar
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe

@@ -59,7 +59,7 @@ def single_process_run(recipe: Path, state: Path) -> dict:
 
 
 def test_two_dask_workers_write_exactly_the_rows_of_a_single_process_run(tmp_path, sharded_recipe, prefect_server):
-    from viewmill.pipelines.flows import augment_flow, task_runner
+    from viewmill.pipelines.orchestration.flows import augment_flow, task_runner
 
     single = single_process_run(sharded_recipe, tmp_path / "single")
     assert single["augment"]["bt_es"]["shards"] == 4
@@ -79,7 +79,7 @@ def test_shard_results_are_cached_across_runs_and_recomputed_for_a_new_lake(tmp_
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from viewmill.pipelines.flows import augment_flow
+    from viewmill.pipelines.orchestration.flows import augment_flow
 
     def shard_states(flow_run_id) -> list[str]:
         async def read():
@@ -128,7 +128,7 @@ def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_resumes_from_the_ca
     tmp_path, sharded_recipe, prefect_server, monkeypatch
 ):
     from distributed import Client, LocalCluster
-    from viewmill.pipelines.flows import augment_flow, task_runner
+    from viewmill.pipelines.orchestration.flows import augment_flow, task_runner
 
     single_process_run(sharded_recipe, tmp_path / "single")
     # Worker processes start with this sitecustomize: every Apertium call takes 0.3 s longer,
@@ -178,7 +178,7 @@ def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_resumes_from_the_ca
 
 def test_a_local_dask_cluster_leaves_this_process_threads_alone(monkeypatch):
     from prefect import flow
-    from viewmill.pipelines.flows import task_runner
+    from viewmill.pipelines.orchestration.flows import task_runner
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 

@@ -29,8 +29,9 @@ def _viewmill(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIEWMILL_", "PREFECT_API_URL", "PG"))}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
     return subprocess.run(
-        [sys.executable, "-m", "viewmill.pipelines.cli", *args], capture_output=True, text=True, env=env, timeout=900
-    )
+        [sys.executable, "-m", "viewmill.pipelines.cli.app", *args],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
 
 
 def _files_holding(root: Path, secret: str) -> list[str]:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import VIEWS
 from viewmill.storage.snapshots import create_pairs_snapshot, record_corpus_version

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
 from viewmill.storage.sandbox import open_query_lake
 from viewmill.storage.sandbox_check import READ_HINT

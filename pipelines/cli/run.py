@@ -1,5 +1,5 @@
 """`viewmill run | train | sweep | serve`: the commands that run a recipe (through Prefect
-unless --no-prefect) or serve its deployments; registered on the app by `viewmill.pipelines.cli`."""
+unless --no-prefect) or serve its deployments; registered on the app by `viewmill.pipelines.cli.app`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from viewmill.pipelines.cli_common import (
+from viewmill.pipelines.cli.common import (
     DEBUG_ENV,
     EXIT_FAILED,
     CatalogOption,
@@ -22,7 +22,7 @@ from viewmill.pipelines.cli_common import (
     load_settings,
     user_errors,
 )
-from viewmill.pipelines.prefect_env import PrefectServerError
+from viewmill.pipelines.orchestration.prefect_env import PrefectServerError
 from viewmill.pipelines.state import StatePaths
 
 # The recipe schema (and through it torch) loads when a command runs, not when the CLI starts.
@@ -38,10 +38,10 @@ def _check_dask(dask: str | None, prefect: bool) -> None:
 def _flow(name: str, state: StatePaths):
     """One of viewmill's flows, with Prefect pointed at a server (the user's, checked first,
     else the state directory's temporary one). Where its shards run comes with its settings."""
-    from viewmill.pipelines.prefect_env import connect_prefect
+    from viewmill.pipelines.orchestration.prefect_env import connect_prefect
 
     err_console.print(connect_prefect(state), highlight=False)
-    from viewmill.pipelines import flows
+    from viewmill.pipelines.orchestration import flows
 
     return getattr(flows, name)
 
@@ -84,12 +84,12 @@ def _run(
     snapshot: str | None,
     evaluate: bool,
 ) -> None:
+    from viewmill.pipelines.cli.report import render_summary
     from viewmill.pipelines.context import RunContext
-    from viewmill.pipelines.pair_stage import existing_snapshot
-    from viewmill.pipelines.preflight import preflight
     from viewmill.pipelines.recipe import RecipeError, load_recipe
-    from viewmill.pipelines.report import render_summary
     from viewmill.pipelines.run import run_recipe
+    from viewmill.pipelines.stages.pair import existing_snapshot
+    from viewmill.pipelines.stages.preflight import preflight
 
     settings = load_settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
@@ -136,8 +136,8 @@ def sweep(
     """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
     the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
     from viewmill.pipelines.context import RunContext
-    from viewmill.pipelines.preflight import preflight
     from viewmill.pipelines.recipe import RecipeError, load_recipe
+    from viewmill.pipelines.stages.preflight import preflight
     from viewmill.pipelines.sweep import run_sweep
 
     settings = load_settings(catalog, dask)
@@ -183,12 +183,12 @@ def serve(
         os.environ[CATALOG_ENV] = catalog
     state = StatePaths.resolve(state_dir)
     load_recipe(recipe)
-    from viewmill.pipelines.prefect_env import connect_prefect
+    from viewmill.pipelines.orchestration.prefect_env import connect_prefect
 
     # schedules and triggers need the user's server (PREFECT_API_URL or the profile's)
     err_console.print(connect_prefect(None), highlight=False)
     from prefect import serve as prefect_serve
-    from viewmill.pipelines import deploy
+    from viewmill.pipelines.orchestration import deploy
 
     deploy.ensure_gpu_limit()
     served = deploy.recipe_deployments(recipe, state.root, cron=cron)  # named apart from `viewmill deploy`'s

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from viewmill.storage import datasets
-from viewmill.storage.data_registry import BY_NAME, DATASETS
+from viewmill.storage.dataset_sources import BY_NAME, DATASETS
 
 data_app = typer.Typer(
     help="Public evaluation and training data sets: list them, fetch them into the data directory.",

@@ -3,8 +3,8 @@ which module holds each command, and the small commands (`eval`, `plugins`).
 
 Each command's module is imported only when that command runs, or when help lists it, so
 `viewmill --version` and `viewmill sql` start without torch, Prefect or the recipe schema
-(benchmarks/cli_startup.py measures it). `run_cli` holds the commands that run recipes,
-`sql_cli`, `lake_app` (+ `lake_cli`), `data`, `prefect_cli`, `views_cli` and `models_cli` the others.
+(benchmarks/cli_startup.py measures it). `run` holds the commands that run recipes,
+`sql`, `lake` (+ `lake_admin`), `data`, `prefect`, `views`, `models` and `evaluate` the others.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 import typer.main
-from viewmill.pipelines.cli_common import (
+from viewmill.pipelines.cli.common import (
     DEBUG_ENV,
     EXIT_CODES,
     EXIT_FAILED,
@@ -42,19 +42,19 @@ if TYPE_CHECKING:
 
 # Every command, in the order help lists them: "module:attribute", a Typer sub-app or a function.
 COMMANDS = {
-    "run": "viewmill.pipelines.run_cli:run",
-    "train": "viewmill.pipelines.run_cli:train",
-    "sweep": "viewmill.pipelines.run_cli:sweep",
-    "eval": "viewmill.pipelines.cli:eval_models",
-    "sql": "viewmill.pipelines.sql_cli:sql",
-    "views": "viewmill.pipelines.views_cli:views_app",
-    "lake": "viewmill.pipelines.lake_app:lake_app",
-    "data": "viewmill.pipelines.data:data_app",
-    "models": "viewmill.pipelines.models_cli:models_app",
-    "plugins": "viewmill.pipelines.cli:plugins",
-    "server": "viewmill.pipelines.prefect_cli:server_app",
-    "deploy": "viewmill.pipelines.prefect_cli:deploy",
-    "serve": "viewmill.pipelines.run_cli:serve",
+    "run": "viewmill.pipelines.cli.run:run",
+    "train": "viewmill.pipelines.cli.run:train",
+    "sweep": "viewmill.pipelines.cli.run:sweep",
+    "eval": "viewmill.pipelines.cli.app:eval_models",
+    "sql": "viewmill.pipelines.cli.sql:sql",
+    "views": "viewmill.pipelines.cli.views:views_app",
+    "lake": "viewmill.pipelines.cli.lake:lake_app",
+    "data": "viewmill.pipelines.cli.data:data_app",
+    "models": "viewmill.pipelines.cli.models:models_app",
+    "plugins": "viewmill.pipelines.cli.app:plugins",
+    "server": "viewmill.pipelines.cli.prefect:server_app",
+    "deploy": "viewmill.pipelines.cli.prefect:deploy",
+    "serve": "viewmill.pipelines.cli.run:serve",
 }
 
 _LIST_ITEM = re.compile(r"\s*([-*]|\d+\.)\s")
@@ -146,7 +146,7 @@ class LazyCommands(MutableMapping[str, "Command"]):
 
 class ViewmillGroup(typer.core.TyperGroup):
     """Commands load lazily (COMMANDS); whatever a command raises ends as one message on stderr
-    and an exit status: 2 for bad input (cli_common's user errors), 1 for anything else."""
+    and an exit status: 2 for bad input (common.py's user errors), 1 for anything else."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -220,7 +220,7 @@ def eval_models(
     catalog: CatalogOption = None,
 ) -> None:
     """Evaluate models side by side: results go to the lake's evals, a Markdown table and a PNG plot."""
-    from viewmill.pipelines.evaluation import evaluate_cli
+    from viewmill.pipelines.cli.evaluate import evaluate_cli
     from viewmill.pipelines.recipe import load_suite
     from viewmill.pipelines.state import StatePaths
 

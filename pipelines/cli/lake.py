@@ -1,5 +1,5 @@
 """The `viewmill lake` sub-app: `snapshots` and `export` here, `init`, `compact`, `verify`,
-`repair` and `attach` from `lake_cli`. Loaded only when a lake command runs or help lists it."""
+`repair` and `attach` from `lake_admin`. Loaded only when a lake command runs or help lists it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from viewmill.pipelines import lake_cli
-from viewmill.pipelines.cli_common import (
+from viewmill.pipelines.cli import lake_admin
+from viewmill.pipelines.cli.common import (
     HELP,
     CatalogOption,
     StateDir,
@@ -16,7 +16,7 @@ from viewmill.pipelines.cli_common import (
     err_console,
     open_lake_read_only,
 )
-from viewmill.pipelines.output import print_table
+from viewmill.pipelines.cli.output import print_table
 
 lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True, context_settings=HELP)
 
@@ -59,4 +59,4 @@ def export(
 
 
 # init, compact, verify, repair, attach: making, tidying, checking and mending a lake
-lake_cli.register(lake_app)
+lake_admin.register(lake_app)

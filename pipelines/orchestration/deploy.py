@@ -60,8 +60,8 @@ def recipe_deployments(
     those import the flows by module path, so any machine with viewmill installed runs them."""
     from prefect.deployments.runner import EntrypointType
     from prefect.events import DeploymentEventTrigger
-    from viewmill.pipelines.artifacts import SNAPSHOT_EVENT
-    from viewmill.pipelines.flows import augment_flow, train_flow
+    from viewmill.pipelines.orchestration.artifacts import SNAPSHOT_EVENT
+    from viewmill.pipelines.orchestration.flows import augment_flow, train_flow
     from viewmill.pipelines.recipe import load_recipe
 
     recipe = load_recipe(recipe_path)

@@ -17,17 +17,23 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 from viewmill.augment.cache import CacheStats
 from viewmill.augment.views import ShardReport
-from viewmill.pipelines import artifacts
-from viewmill.pipelines.augment_stage import ShardJob, augment_finish, augment_plan, augment_shard, shards_missing_views
 from viewmill.pipelines.context import RunContext
-from viewmill.pipelines.eval_stage import evaluate_stage
-from viewmill.pipelines.ingest_stage import ingest_stage
-from viewmill.pipelines.pair_stage import pair_stage
-from viewmill.pipelines.preflight import preflight
+from viewmill.pipelines.orchestration import artifacts
 from viewmill.pipelines.recipe import RecipeError, load_recipe
 from viewmill.pipelines.run import run_recipe
+from viewmill.pipelines.stages.augment import (
+    ShardJob,
+    augment_finish,
+    augment_plan,
+    augment_shard,
+    shards_missing_views,
+)
+from viewmill.pipelines.stages.evaluate import evaluate_stage
+from viewmill.pipelines.stages.ingest import ingest_stage
+from viewmill.pipelines.stages.pair import pair_stage
+from viewmill.pipelines.stages.preflight import preflight
+from viewmill.pipelines.stages.train import train_stage
 from viewmill.pipelines.state import StatePaths
-from viewmill.pipelines.train_stage import train_stage
 from viewmill.storage.settings import Settings
 
 # Stages cache through the lake themselves (translations, views, models, evals), so

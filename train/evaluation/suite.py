@@ -11,8 +11,8 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Discriminator, Tag
 from viewmill.storage.ids import fingerprint
-from viewmill.train.evaluate import StsTask, load_task, score_task
-from viewmill.train.senteval import TransferTask, load_transfer, score_transfer
+from viewmill.train.evaluation.senteval import TransferTask, load_transfer, score_transfer
+from viewmill.train.evaluation.sts import StsTask, load_task, score_task
 
 
 def _kind(value: Any) -> str:
@@ -25,9 +25,9 @@ EvalTask = Annotated[Annotated[StsTask, Tag("sts")] | Annotated[TransferTask, Ta
 
 @cache
 def code_fingerprint() -> str:
-    """Hash of the scoring code: a changed evaluator never reuses an old figure."""
-    here = Path(__file__).parent
-    return fingerprint(*((here / name).read_text(encoding="utf-8") for name in ("evaluate.py", "senteval.py")))
+    """Hash of the scoring code (every module of this package): a changed evaluator never reuses an old figure."""
+    modules = sorted(Path(__file__).parent.glob("*.py"))
+    return fingerprint(*(f"{path.name}\n{path.read_text(encoding='utf-8')}" for path in modules))
 
 
 def metric_of(task: StsTask | TransferTask) -> str:

@@ -37,9 +37,9 @@ USER_ERROR_NAMES = (
     ("viewmill.augment.engines", "EngineError"),
     ("viewmill.storage.catalog", "LakeError"),
     ("viewmill.train.encoder", "EncoderError"),
-    ("viewmill.train.evaluate", "EvalDataError"),
-    ("viewmill.pipelines.prefect_env", "PrefectServerError"),
-    ("viewmill.pipelines.output", "OutputError"),
+    ("viewmill.train.evaluation.sts", "EvalDataError"),
+    ("viewmill.pipelines.orchestration.prefect_env", "PrefectServerError"),
+    ("viewmill.pipelines.cli.output", "OutputError"),
     ("viewmill.extras", "MissingExtraError"),
     ("viewmill.train.manifest", "ExportError"),
 )

@@ -12,9 +12,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from viewmill.pipelines.context import RunContext
-from viewmill.pipelines.eval_stage import task_data_hash
 from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.recipe import DevTask, TrainSpec
+from viewmill.pipelines.stages.evaluate import task_data_hash
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import MODELS
@@ -23,7 +23,7 @@ from viewmill.train import distributed
 from viewmill.train.card import base_license, corpus_datasets
 from viewmill.train.dev_scores import DevResult
 from viewmill.train.encoder import encoder_fingerprint, resolve_encoder
-from viewmill.train.evaluate import EvalDataError, StsData, concatenated, load_task, model_scores
+from viewmill.train.evaluation.sts import EvalDataError, StsData, concatenated, load_task, model_scores
 from viewmill.train.export import (
     MANIFEST,
     crash_point,

@@ -16,12 +16,12 @@ from viewmill.pipelines.progress import progress_bar
 from viewmill.storage.ids import file_hash, fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import EVALS, EVALS_KEY
-from viewmill.train import suite
 from viewmill.train.card import task_dataset
 from viewmill.train.encoder import load_sentence_model
-from viewmill.train.evaluate import Embedder, StsTask
+from viewmill.train.evaluation import suite
+from viewmill.train.evaluation.senteval import TransferTask
+from viewmill.train.evaluation.sts import Embedder, StsTask
 from viewmill.train.export import write_card
-from viewmill.train.senteval import TransferTask
 
 Task = StsTask | TransferTask
 log = logging.getLogger(__name__)

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from viewmill.augment.augmenters import make_producer
 from viewmill.pipelines.context import RunContext
 from viewmill.storage.catalog import check_not_orphaned
-from viewmill.train import distributed, suite
+from viewmill.train import distributed
 from viewmill.train.encoder import EncoderError, resolve_encoder
+from viewmill.train.evaluation import suite
 from viewmill.train.mining import MinedNegatives
 
 

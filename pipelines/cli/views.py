@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from viewmill.pipelines.cli_common import HELP, CatalogOption, StateDir, console, err_console, load_settings
+from viewmill.pipelines.cli.common import HELP, CatalogOption, StateDir, console, err_console, load_settings
 from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.state import StatePaths
 

@@ -1,5 +1,5 @@
 """`viewmill sql`: one read-only query over the lake (see viewmill.storage.sandbox), its result
-on stdout or in a file. Loaded only when the command runs (see `viewmill.pipelines.cli`)."""
+on stdout or in a file. Loaded only when the command runs (see `viewmill.pipelines.cli.app`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from viewmill.pipelines.cli_common import (
+from viewmill.pipelines.cli.common import (
     CatalogOption,
     StateDir,
     console,
@@ -17,7 +17,7 @@ from viewmill.pipelines.cli_common import (
     load_settings,
     user_errors,
 )
-from viewmill.pipelines.output import OutputError, OutputFormat, write_file, write_stdout
+from viewmill.pipelines.cli.output import OutputError, OutputFormat, write_file, write_stdout
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.sandbox import QueryLimits, run_query
 

@@ -82,7 +82,7 @@ def _read_profiles(path) -> dict:
 
 def check_prefect_server(target: PrefectTarget, timeout: float = 5.0) -> None:
     """A configured server must answer its health check."""
-    from viewmill.pipelines.local_server import healthy
+    from viewmill.pipelines.orchestration.local_server import healthy
 
     if not healthy(target.url, timeout=timeout):
         raise PrefectServerError(
@@ -120,7 +120,7 @@ def connect_prefect(state: StatePaths | None) -> str:
             "docker compose -f docker/compose.yaml up) and set PREFECT_API_URL=http://host:4200/api "
             "(or PREFECT_API_URL in your Prefect profile)"
         )
-    from viewmill.pipelines import local_server
+    from viewmill.pipelines.orchestration import local_server
 
     require_writable_home(state.prefect_home)
     configure_prefect(state)

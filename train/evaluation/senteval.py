@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 from viewmill.storage.datasets import missing_hint
-from viewmill.train.evaluate import EvalDataError
+from viewmill.train.evaluation.sts import EvalDataError
 
 C_GRID = [2.0**t for t in range(-2, 4)]  # SentEval's grid for its scikit-learn classifier
 CV_FILES = {

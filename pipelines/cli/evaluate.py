@@ -6,14 +6,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from viewmill.pipelines.context import new_run_id
-from viewmill.pipelines.eval_stage import EvalTarget, evaluate_models
 from viewmill.pipelines.recipe import EvaluateSpec
+from viewmill.pipelines.stages.evaluate import EvalTarget, evaluate_models
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.settings import Settings
 from viewmill.train.encoder import resolve_encoder
+from viewmill.train.evaluation.suite import bar_chart, check, markdown_table
 from viewmill.train.export import MANIFEST, model_id_of, read_manifest
-from viewmill.train.suite import bar_chart, check, markdown_table
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.table import Table
-from viewmill.pipelines.cli_common import EXIT_FAILED, HELP, console, err_console, fail
+from viewmill.pipelines.cli.common import EXIT_FAILED, HELP, console, err_console, fail
 from viewmill.train import embedded
 
 models_app = typer.Typer(

@@ -25,7 +25,7 @@ StateDir = Annotated[
 @server_app.command("status")
 def server_status(state_dir: StateDir = None) -> None:
     """Say whether this state directory's temporary server is up, where, and which runs use it."""
-    from viewmill.pipelines import local_server
+    from viewmill.pipelines.orchestration import local_server
 
     home = StatePaths.resolve(state_dir).prefect_home
     record = local_server.read_record(home)
@@ -42,8 +42,8 @@ def server_stop(
     force: Annotated[bool, typer.Option(help="stop it even while runs use it (they fail)")] = False,
 ) -> None:
     """Stop this state directory's temporary Prefect server (the next run starts a new one)."""
-    from viewmill.pipelines import local_server
-    from viewmill.pipelines.prefect_env import PrefectServerError
+    from viewmill.pipelines.orchestration import local_server
+    from viewmill.pipelines.orchestration.prefect_env import PrefectServerError
 
     home = StatePaths.resolve(state_dir).prefect_home
     try:
@@ -84,8 +84,8 @@ def deploy(
     """Register a recipe's deployments on your Prefect server (PREFECT_API_URL or the active
     profile): nightly augmentation on --cpu-pool, training on each new pairs snapshot on --gpu-pool.
     Any process worker with viewmill installed runs them (prefect worker start --pool viewmill-cpu)."""
-    from viewmill.pipelines import deploy as deploying
-    from viewmill.pipelines.prefect_env import connect_prefect
+    from viewmill.pipelines.orchestration import deploy as deploying
+    from viewmill.pipelines.orchestration.prefect_env import connect_prefect
     from viewmill.pipelines.recipe import load_recipe  # here, not at the top: it brings torch
 
     if (recipe is None) == (prefect_file is None):

@@ -1,6 +1,6 @@
 """A temporary Prefect server owned by one state directory and reused by consecutive runs.
 
-The first run that needs it starts `python -m viewmill.pipelines.local_server HOME` in its own
+The first run that needs it starts `python -m viewmill.pipelines.orchestration.local_server HOME` in its own
 session (so a Ctrl-C or SIGKILL of that run leaves it up for the next one). The server writes
 its own record (HOME/server.json: url, pid) once it answers, so a run killed while the server
 starts never leaves an unrecorded one. Runs hold a lease (HOME/leases/<pid>); the server
@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 from filelock import FileLock
 
-MODULE = "viewmill.pipelines.local_server"
+MODULE = "viewmill.pipelines.orchestration.local_server"
 IDLE_ENV = "VIEWMILL_PREFECT_IDLE_S"
 DEFAULT_IDLE_S = 1800
 START_TIMEOUT_S = 180

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from viewmill.augment.views import AugmentReport
-from viewmill.pipelines.augment_stage import AugmentPlan
-from viewmill.pipelines.eval_stage import EvalRow
-from viewmill.pipelines.ingest_stage import IngestReport
-from viewmill.pipelines.preflight import PreflightResult
-from viewmill.pipelines.train_stage import TrainResult
+from viewmill.pipelines.stages.augment import AugmentPlan
+from viewmill.pipelines.stages.evaluate import EvalRow
+from viewmill.pipelines.stages.ingest import IngestReport
+from viewmill.pipelines.stages.preflight import PreflightResult
+from viewmill.pipelines.stages.train import TrainResult
 from viewmill.storage.lake import Lake
 from viewmill.storage.snapshots import Snapshot
 

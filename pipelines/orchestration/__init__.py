@@ -1,0 +1,1 @@
+"""Prefect: the flows and tasks over the stages, deployments, which server, what the UI shows."""
