@@ -1,8 +1,10 @@
 """The augmenter registry: a spec class per method, viewmill's own and plugins' (entry-point
 group `viewmill.augmenters`), and `AugmenterSpec`, a recipe's augmenter validated as whichever
 spec its `method` names. A spec builds its producer (`make_producer`); producers load no
-weights until a batch needs them (see `viewmill.augment.models`). viewmill's own specs and
-producers live by family: `translation_augmenters`, `replacement_augmenters`, `data_augmenters`."""
+weights until a batch needs them (see `viewmill.augment.models`). What a method may do (skip
+the filters, need NLI links) is read from its class (`augmenter_class`), never from its name.
+viewmill's own specs and producers live by family: `translation_augmenters`,
+`replacement_augmenters`, `data_augmenters`."""
 
 from __future__ import annotations
 
@@ -10,7 +12,16 @@ from functools import lru_cache
 from typing import Annotated, Any, Union
 
 from pydantic import Discriminator, SerializeAsAny, Tag, TypeAdapter, WrapValidator
-from viewmill.augment.augmenter_base import NAME, AugmenterConfig, ProducedView, Producer, sentence_seed
+from viewmill.augment.augmenter_base import (
+    NAME,
+    AugmenterConfig,
+    ProduceContext,
+    ProducedView,
+    Producer,
+    Provenance,
+    current_producer,
+    sentence_seed,
+)
 from viewmill.augment.data_augmenters import Entailment, EntailmentProducer, Identity, IdentityProducer
 from viewmill.augment.replacement_augmenters import (
     MaskedLM,
@@ -38,12 +49,15 @@ __all__ = [
     "IdentityProducer",
     "MaskedLM",
     "MaskedLMProducer",
+    "ProduceContext",
     "ProducedView",
     "Producer",
+    "Provenance",
     "Synonym",
     "SynonymProducer",
     "Translating",
     "TranslationProducer",
+    "augmenter_class",
     "make_producer",
     "replacement_view",
     "sentence_seed",
@@ -123,5 +137,15 @@ AugmenterSpec = Annotated[SerializeAsAny[AugmenterConfig], WrapValidator(_valida
 
 
 def make_producer(spec: AugmenterConfig, lake: Lake | None = None) -> Producer:
-    """The producer for a spec; `lake` lets data-derived augmenters (entailment) fingerprint their inputs."""
-    return spec.producer(lake)
+    """The producer for a spec; `lake` lets data-derived augmenters (entailment) fingerprint their inputs.
+    A plugin producer with the old produce(lake, chunk, run_id, stats) is adapted (with a warning)."""
+    return current_producer(spec.producer(lake), spec.method)
+
+
+def augmenter_class(method: str) -> type[AugmenterConfig]:
+    """The registered spec class of `method`, whose class variables say what it may do. Views
+    of a method no longer installed (a removed plugin's, read back by a report) get the base's
+    defaults: filtered, not a copy of the source, no NLI links."""
+    if method not in AUGMENTERS:
+        return AugmenterConfig
+    return AUGMENTERS.get(method)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from viewmill.augment.readers import CorpusError, Malformed, RawLine, ReadOptions, Record, iter_lines
+from viewmill.augment.readers import CorpusError, Malformed, RawLine, Reader, ReadOptions, Record, iter_lines
 
 MAX_PARAGRAPH_CHARS = 100_000  # some 15,000 words without a blank line
 WINDOW_CHARS = 5_000  # pysbd splits this in a few hundredths of a second
@@ -78,3 +78,6 @@ def split_sentences(segmenter, text: str, window: int = WINDOW_CHARS) -> Iterato
         start = begin if begin > start else start + window  # no sentence ends here: a long one goes on
     if text[begin:].strip():
         yield text[begin:]
+
+
+BOOK = Reader(read_book)  # the registry's entry (viewmill.augment.readers.READERS)

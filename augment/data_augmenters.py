@@ -3,18 +3,26 @@ and a hypothesis that labelled NLI data says it entails (`entailment`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field
-from viewmill.augment.augmenter_base import AugmenterConfig, ProducedView, Producer, sentence_seed
-from viewmill.augment.cache import CacheStats
+from viewmill.augment.augmenter_base import (
+    AugmenterConfig,
+    ProduceContext,
+    ProducedView,
+    Producer,
+    Provenance,
+    sentence_seed,
+)
 from viewmill.storage.lake import Lake
 
 
 class Identity(AugmenterConfig):
     """The sentence itself as a view (x1 = x in one-view recipes)."""
 
+    exempt_from_filters: ClassVar[bool] = True
+    is_source_copy: ClassVar[bool] = True
     method: Literal["identity"] = "identity"
 
     def producer(self, lake: Lake | None) -> Producer:
@@ -25,6 +33,8 @@ class Entailment(AugmenterConfig):
     """Labelled NLI data: a premise's view is a hypothesis it entails (SimCSE's supervised
     positives). Sentences that are no premise of such a pair get a rejected view."""
 
+    exempt_from_filters: ClassVar[bool] = True  # people wrote the hypotheses to differ from the premise
+    needs_nli_links: ClassVar[bool] = True
     method: Literal["entailment"] = "entailment"
     labels: list[str] = Field(["entailment"], min_length=1, description="gold labels that count as a positive")
     seed: int = Field(0, description="picks one hypothesis when a premise has several")
@@ -44,9 +54,8 @@ class IdentityProducer:
         self.spec = spec
         self.identity: list[Any] = []
 
-    def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
-        empty = {"engines": [], "models": [], "decoding": None, "cache_keys": []}
-        return [ProducedView(text, empty) for _, text in chunk]
+    def produce(self, chunk: list[tuple[str, str]], ctx: ProduceContext) -> list[ProducedView]:
+        return [ProducedView(text) for _, text in chunk]
 
     def close(self) -> None:
         pass
@@ -67,10 +76,10 @@ class EntailmentProducer:
             )
         self.identity = [digest]
 
-    def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
+    def produce(self, chunk: list[tuple[str, str]], ctx: ProduceContext) -> list[ProducedView]:
         wanted = pa.table({"sentence_id": [sid for sid, _ in chunk]})
-        with lake.with_keys("_premises", wanted):
-            table = lake.arrow(
+        with ctx.lake.with_keys("_premises", wanted):
+            table = ctx.lake.arrow(
                 f"""
                 SELECT DISTINCT n.premise_id, n.hypothesis_id, n.hypothesis_text
                 FROM nli_pairs n JOIN _premises p ON n.premise_id = p.sentence_id
@@ -86,12 +95,10 @@ class EntailmentProducer:
         for sid, _ in chunk:
             options = partners.get(sid)
             if not options:
-                provenance = {"engines": [], "models": [], "decoding": None, "cache_keys": []}
-                views.append(ProducedView("", provenance, reason=self.NO_PAIR))
+                views.append(ProducedView("", reason=self.NO_PAIR))
                 continue
             hypothesis_id, text = options[sentence_seed(self.spec.seed, sid) % len(options)]
-            provenance = {"engines": ["nli"], "models": [], "decoding": None, "cache_keys": [hypothesis_id]}
-            views.append(ProducedView(text, provenance))
+            views.append(ProducedView(text, Provenance(engines=["nli"], cache_keys=[hypothesis_id])))
         return views
 
     def close(self) -> None:

@@ -17,12 +17,10 @@ import numpy as np
 import pyarrow as pa
 import regex
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from viewmill.augment.augmenters import augmenter_class
 from viewmill.storage.lake import Lake
 
 Embed = Callable[[list[str]], np.ndarray]  # texts -> one embedding per row
-# Identity views are the source by definition, and entailed hypotheses are written by people
-# to differ from it: no quality filter judges them (their cosine is still recorded).
-EXEMPT_METHODS = ("identity", "entailment")
 NEAR_DUPLICATE = "near-duplicate"  # the reason's kind; the reason is "near-duplicate:<view_id>"
 _PUNCTUATION = regex.compile(r"\p{P}+")
 
@@ -122,12 +120,14 @@ def judge(candidates: Sequence[Candidate], spec: MeaningSpec, embed: Embed) -> l
     """Each candidate's cosine to its source and this filter's verdict, in order. The first
     failure wins: cosine below min_cosine, above max_cosine, then a near-duplicate of the first
     reference (in the recipe's order) it equals after `normalised` or whose cosine to it is
-    above `near_duplicate`. Exempt methods and views already rejected only get their cosine."""
+    above `near_duplicate`. Views of methods exempt from filters (their class's
+    `exempt_from_filters`) and views already rejected only get their cosine."""
     vectors: dict[str, np.ndarray] = {}
     present = [i for i, c in enumerate(candidates) if c.text.strip()]
     _embed_missing(embed, [t for i in present for t in (candidates[i].source, candidates[i].text)], vectors)
     cosines = {i: _cosine(vectors[candidates[i].source], vectors[candidates[i].text]) for i in present}
-    judged = [i for i in present if not candidates[i].rejected and candidates[i].method not in EXEMPT_METHODS]
+    exempt = {method: augmenter_class(method).exempt_from_filters for method in {c.method for c in candidates}}
+    judged = [i for i in present if not candidates[i].rejected and not exempt[candidates[i].method]]
     reasons = {i: cosine_reason(cosines[i], spec) for i in judged}
     survivors = [candidates[i] for i, reason in reasons.items() if reason is None]
     _embed_missing(embed, [ref.text for c in survivors for ref in c.references], vectors)

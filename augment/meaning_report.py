@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from viewmill.augment.meaning import EXEMPT_METHODS
+from viewmill.augment.augmenters import augmenter_class
 
 STEP = 0.05  # histogram bin width, before the thresholds are added as edges
 BAR = 30  # characters of the longest bar
@@ -61,7 +61,7 @@ class CosineFilter:
 
     @property
     def exempt(self) -> bool:
-        return self.method in EXEMPT_METHODS
+        return augmenter_class(self.method).exempt_from_filters
 
     @property
     def below(self) -> int:

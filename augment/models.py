@@ -1,8 +1,9 @@
 """Model weights: loaded on first use, once per process, and logged.
 
-Producers are built several times in a run (preflight, plan, each shard) but only read
-configuration when built; weights come from here when a batch really needs them, and
-every shard in the process shares them. `release_models()` frees them at a run's end.
+Producers are built once per process and run (preflight builds its own, without the lake:
+pipelines/stages/producers.py) and only read configuration when built; weights come from
+here when a batch really needs them, and every shard in the process shares them.
+`release_models()` frees them at a run's end.
 """
 
 from __future__ import annotations

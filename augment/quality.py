@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from sacrebleu.metrics import CHRF
-from viewmill.augment.meaning import EXEMPT_METHODS, MeaningSpec
+from viewmill.augment.meaning import MeaningSpec
 
 _CHRF = CHRF()
 
@@ -64,15 +64,16 @@ class FilterSpec(BaseModel):
         return data
 
 
-def reject_reason(view: str, quality: Quality, spec: FilterSpec, method: str = "backtranslation") -> str | None:
+def reject_reason(view: str, quality: Quality, spec: FilterSpec, exempt: bool = False) -> str | None:
     """The first filter a view fails, as a short machine-readable reason; None if kept.
 
-    Exempt methods (identity, entailment: see `EXEMPT_METHODS`) only get the emptiness check.
-    The meaning filter (`spec.meaning`) needs an encoder and runs after these (`MeaningJudge`).
+    Views of an `exempt` augmenter (its class's `exempt_from_filters`: identity, entailment)
+    only get the emptiness check. The meaning filter (`spec.meaning`) needs an encoder and
+    runs after these (`MeaningJudge`).
     """
     if not view.strip():
         return "empty"
-    if method in EXEMPT_METHODS:
+    if exempt:
         return None
     if spec.reject_identical and quality.identical_to_source:
         return "identical_to_source"

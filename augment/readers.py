@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from viewmill.augment.file_chunks import line_chunks
 from viewmill.storage.datasets import missing_hint
 from viewmill.storage.extension_points import Registry, RegistryError
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 
 class CorpusError(ValueError):
@@ -48,7 +54,35 @@ class ReadOptions:
 
 
 Record = RawLine | Malformed
-Reader = Callable[[Path, ReadOptions], Iterator[Record]]
+_SPLIT_IN_NAME = re.compile(r"(?:^|[_.-])(train|dev|test|validation)(_matched|_mismatched)?(?:$|[_.-])")
+
+
+def split_in_name(file: str) -> str | None:
+    """The data split a split word in the file name gives (snli_1.0_dev.jsonl, dev_matched), else none."""
+    found = _SPLIT_IN_NAME.search(Path(file).name)
+    return "".join(part for part in found.groups() if part) if found else None
+
+
+def _no_link_files(files: list[Path]) -> list[Path]:
+    return []
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A corpus format, the registry's entry: `read(source, options)` yielding records, and
+    what ingest and the recipe rely on (a plugin sets them as viewmill's own formats do)."""
+
+    read: Callable[[Path, ReadOptions], Iterator[Record]]
+    # Every source is a regular file, checked before any is read. Otherwise a source may be a
+    # name the reader resolves itself (a hub id), kept as written unless it is a path beside the recipe.
+    reads_files: bool = True
+    needs_text_column: bool = False  # the text is in the column corpus.text_column names
+    yields_nli_pairs: bool = False  # records carry pair_id, role and nli_label: entailment views, NLI negatives
+    split_of: Callable[[str], str | None] = split_in_name  # the data split a source holds
+    link_files: Callable[[list[Path]], list[Path]] = _no_link_files  # files read only for the sources' NLI pairs
+
+    def __call__(self, path: Path, options: ReadOptions) -> Iterator[Record]:
+        return self.read(path, options)
 
 
 # What a path that is not a regular file is, for the message (a read would hang or never end).
@@ -123,21 +157,26 @@ def require_utf8(path: Path) -> None:
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str | Malformed]]:
-    """(line number, text) for each line; a line that is not UTF-8 comes as Malformed."""
+    """(line number, text) for each line, the file read a block at a time; a line that is not
+    UTF-8 comes as Malformed."""
     require_file(path)
     require_utf8(path)
-    data = path.read_bytes()
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    for row, raw in enumerate(data.splitlines(), start=1):
-        try:
-            yield row, raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            yield row, Malformed(
-                str(path), row,
-                f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-                "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8",
-            )  # fmt: skip
+    row = 0
+    for chunk in line_chunks(path):
+        for raw in chunk.splitlines():
+            row += 1
+            yield row, decode_line(path, row, raw)
+
+
+def decode_line(path: Path, row: int, raw: bytes) -> str | Malformed:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Malformed(
+            str(path), row,
+            f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+            "re-encode the file as UTF-8, e.g. iconv -f latin1 -t utf-8",
+        )  # fmt: skip
 
 
 def read_lines(path: Path) -> list[str]:
@@ -257,6 +296,20 @@ def read_csv(path: Path, options: ReadOptions) -> Iterator[Record]:
 
 def read_parquet(path: Path, options: ReadOptions) -> Iterator[Record]:
     """Parquet, streamed in record batches; the text is in `text_column`."""
+    parquet, column = open_parquet(path, options)
+    row = 0
+    for batch in parquet.iter_batches(columns=[column], batch_size=65536):
+        for value in batch.column(0).to_pylist():
+            row += 1
+            yield RawLine(value, str(path), row) if isinstance(value, str) else not_text(path, row, column, value)
+
+
+def not_text(path: Path, row: int, column: str, value: object) -> Malformed:
+    return Malformed(str(path), row, f"'{column}' is {type(value).__name__}, not text")
+
+
+def open_parquet(path: Path, options: ReadOptions) -> tuple[pq.ParquetFile, str]:
+    """The Parquet file and its text column, checked."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -271,14 +324,7 @@ def read_parquet(path: Path, options: ReadOptions) -> Iterator[Record]:
         ) from None
     if column not in parquet.schema_arrow.names:
         raise _missing_column(path, column, parquet.schema_arrow.names)
-    row = 0
-    for batch in parquet.iter_batches(columns=[column], batch_size=65536):
-        for value in batch.column(0).to_pylist():
-            row += 1
-            if isinstance(value, str):
-                yield RawLine(value, str(path), row)
-            else:
-                yield Malformed(str(path), row, f"'{column}' is {type(value).__name__}, not text")
+    return parquet, column
 
 
 def read_hf_dataset(source: Path, options: ReadOptions) -> Iterator[Record]:
@@ -310,10 +356,35 @@ def read_hf_dataset(source: Path, options: ReadOptions) -> Iterator[Record]:
             yield Malformed(name, row, f"'{column}' is {type(value).__name__}, not text")
 
 
+def senteval_split(file: str) -> str | None:
+    """SentEval's split is the file's suffix (s1.dev)."""
+    return Path(file).suffix.lstrip(".") or None
+
+
+def senteval_link_files(files: list[Path]) -> list[Path]:
+    """The hypotheses (s2.*) beside each premise file (s1.*) not listed itself."""
+    listed = {Path(f).resolve() for f in files}
+    partners = [Path(f).with_name("s2" + Path(f).suffix) for f in files if Path(f).stem == "s1"]
+    return [p for p in partners if p.resolve() not in listed and p.is_file()]
+
+
+TEXT = Reader(read_text_file)
+SENTEVAL = Reader(read_senteval_nli, yields_nli_pairs=True, split_of=senteval_split, link_files=senteval_link_files)
+NLI_JSONL = Reader(read_nli_jsonl, yields_nli_pairs=True)
+CSV = Reader(read_csv, needs_text_column=True)
+PARQUET = Reader(read_parquet, needs_text_column=True)
+HF = Reader(read_hf_dataset, reads_files=False, needs_text_column=True)
+
+
 def _reader(value: object) -> Reader:
+    if isinstance(value, Reader):
+        return value
     if not callable(value):
-        raise RegistryError(f"a corpus reader must be a function (path, ReadOptions) -> records, not {value!r}")
-    return value  # type: ignore[return-value]
+        raise RegistryError(
+            f"a corpus reader must be a viewmill.augment.readers.Reader or a function (path, ReadOptions) -> "
+            f"records, not {value!r}"
+        )
+    return Reader(value, reads_files=False)  # a plain function: its sources go to it unchecked, as always
 
 
 # Corpus formats; plugins add theirs in the entry-point group `viewmill.readers`.
@@ -321,15 +392,18 @@ READERS: Registry[Reader] = Registry(
     "viewmill.readers",
     "corpus format",
     {
-        "text": "viewmill.augment.readers:read_text_file",
-        "book": "viewmill.augment.book:read_book",
-        "senteval": "viewmill.augment.readers:read_senteval_nli",
-        "nli-jsonl": "viewmill.augment.readers:read_nli_jsonl",
-        "csv": "viewmill.augment.readers:read_csv",
-        "parquet": "viewmill.augment.readers:read_parquet",
-        "hf": "viewmill.augment.readers:read_hf_dataset",
+        "text": "viewmill.augment.readers:TEXT",
+        "book": "viewmill.augment.book:BOOK",
+        "senteval": "viewmill.augment.readers:SENTEVAL",
+        "nli-jsonl": "viewmill.augment.readers:NLI_JSONL",
+        "csv": "viewmill.augment.readers:CSV",
+        "parquet": "viewmill.augment.readers:PARQUET",
+        "hf": "viewmill.augment.readers:HF",
     },
     check=_reader,
 )
-NLI_FORMATS = ("senteval", "nli-jsonl")
-FILE_FORMATS = ("text", "book", "senteval", "nli-jsonl", "csv", "parquet")  # built-ins that read regular files
+
+
+def nli_formats() -> list[str]:
+    """The registered formats whose records carry NLI pairs, for messages."""
+    return [name for name in READERS.names() if READERS.get(name).yields_nli_pairs]

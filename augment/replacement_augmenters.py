@@ -6,8 +6,14 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-from viewmill.augment.augmenter_base import AugmenterConfig, ProducedView, Producer, sentence_seed
-from viewmill.augment.cache import CacheStats
+from viewmill.augment.augmenter_base import (
+    AugmenterConfig,
+    ProduceContext,
+    ProducedView,
+    Producer,
+    Provenance,
+    sentence_seed,
+)
 from viewmill.augment.synonym import replace_synonyms, wordnet, wordnet_revision
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
@@ -48,7 +54,7 @@ class MaskedLM(AugmenterConfig):
 
 def replacement_view(text: str, engine: str, model: str, ratio: float, replaced: int, seed: int) -> ProducedView:
     decoding = canonical_json({"ratio": ratio, "replaced": replaced, "seed": seed})
-    return ProducedView(text, {"engines": [engine], "models": [model], "decoding": decoding, "cache_keys": []})
+    return ProducedView(text, Provenance(engines=[engine], models=[model], decoding=decoding))
 
 
 class SynonymProducer:
@@ -59,7 +65,7 @@ class SynonymProducer:
         wordnet()  # fail now, with the install hint, rather than mid-run
         self.identity = [wordnet_revision()]
 
-    def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
+    def produce(self, chunk: list[tuple[str, str]], ctx: ProduceContext) -> list[ProducedView]:
         views = []
         for sid, text in chunk:
             seed = sentence_seed(self.spec.seed, sid)
@@ -81,7 +87,7 @@ class MaskedLMProducer:
         self.filler = MaskedFiller(spec.model, spec.device)
         self.identity = self.filler.identity()
 
-    def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
+    def produce(self, chunk: list[tuple[str, str]], ctx: ProduceContext) -> list[ProducedView]:
         model = "@".join(self.identity)
         views = []
         for start in range(0, len(chunk), self.spec.batch_size):

@@ -53,6 +53,12 @@ _WORD = regex.compile(
     flags=regex.V1,
 )
 
+# The first of these decides: a control character, or invalid Unicode (a lone surrogate, a
+# decoding's replacement mark, a noncharacter: U+FDD0-FDEF and the last two of every plane).
+_BAD_CHAR = regex.compile(
+    r"[\p{Cc}\p{Cs}\ufffd\ufdd0-\ufdef" + "".join(rf"\U{p:04x}fffe\U{p:04x}ffff" for p in range(0x11)) + "]"
+)
+
 
 def lang_scripts(lang: str) -> tuple[str, ...] | None:
     """The scripts `lang` is written in (a BCP 47 tag like pt-BR uses its language), or None
@@ -83,12 +89,9 @@ def wrong_script(text: str, lang: str) -> bool:
 def rejection(text: str, lang: str | None = None) -> str | None:
     """Why `text` (already whitespace-normalised) is not a usable sentence of a corpus in
     `lang` (None: any language), or None."""
-    for char in text:
-        category = unicodedata.category(char)
-        if category == "Cc":
-            return "control_characters"
-        if category == "Cs" or char == "\ufffd" or (0xFDD0 <= ord(char) <= 0xFDEF) or ord(char) & 0xFFFE == 0xFFFE:
-            return "invalid_unicode"  # a lone surrogate, a decoding's replacement mark, a noncharacter
+    bad = _BAD_CHAR.search(text)
+    if bad is not None:
+        return "control_characters" if unicodedata.category(bad.group()) == "Cc" else "invalid_unicode"
     if any(len(token) > MAX_TOKEN_CHARS for token in text.split()):
         return "token_too_long"
     if len(text) > MAX_SENTENCE_CHARS:

@@ -8,8 +8,8 @@ import itertools
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
-from viewmill.augment.augmenter_base import AugmenterConfig, ProducedView, Producer
-from viewmill.augment.cache import CacheStats, translate_cached
+from viewmill.augment.augmenter_base import AugmenterConfig, ProduceContext, ProducedView, Producer, Provenance
+from viewmill.augment.cache import translate_cached
 from viewmill.augment.engines import ENGINES, DecodingSpec, TranslationEngine, make_engine
 from viewmill.storage.extension_points import RegistryError
 from viewmill.storage.lake import Lake
@@ -119,21 +119,24 @@ class TranslationProducer:
             raise
         self.identity = [(e.name, e.model, e.revision) for e in self.engines]
 
-    def produce(self, lake: Lake, chunk: list[tuple[str, str]], run_id: str, stats: CacheStats) -> list[ProducedView]:
+    def produce(self, chunk: list[tuple[str, str]], ctx: ProduceContext) -> list[ProducedView]:
         texts = [text for _, text in chunk]
         keys: list[list[str]] = [[] for _ in chunk]
         for engine, (src, tgt) in zip(self.engines, self.legs, strict=True):
-            translated, leg_stats = translate_cached(lake, engine, texts, src, tgt, self.spec.decoding, run_id=run_id)
-            stats.add(leg_stats)
+            translated, leg_stats = translate_cached(
+                ctx.lake, engine, texts, src, tgt, self.spec.decoding, run_id=ctx.run_id
+            )
+            ctx.cache.add(leg_stats)
             for i, text in enumerate(texts):
                 keys[i].append(translated[text][1])
             texts = [translated[text][0] for text in texts]
-        provenance = {
-            "engines": [e.name for e in self.engines],
-            "models": [f"{e.model}@{e.revision}" for e in self.engines],
-            "decoding": self.spec.decoding.canonical(),
-        }
-        return [ProducedView(text, {**provenance, "cache_keys": k}) for text, k in zip(texts, keys, strict=True)]
+        engines = [e.name for e in self.engines]
+        models = [f"{e.model}@{e.revision}" for e in self.engines]
+        decoding = self.spec.decoding.canonical()
+        return [
+            ProducedView(text, Provenance(engines=engines, models=models, decoding=decoding, cache_keys=k))
+            for text, k in zip(texts, keys, strict=True)
+        ]
 
     def close(self) -> None:
         for engine in self.engines:

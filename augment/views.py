@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
-from viewmill.augment.augmenters import AugmenterSpec, Producer, make_producer
+from viewmill.augment.augmenters import AugmenterSpec, ProduceContext, ProducedView, Producer, make_producer
 from viewmill.augment.cache import CacheStats
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
@@ -117,27 +117,31 @@ def make_shard_views(
     chunk_size: int = 512,
     on_progress: Callable[[int, int], None] | None = None,
     judge: MeaningJudge | None = None,
+    producer: Producer | None = None,
 ) -> ShardReport:
     """Make one view per sentence of the shard that lacks one from this augmenter; store it
     with its quality signals and filter verdict (`judge`: the meaning filter's encoder, needed
-    exactly when `filters.meaning` is set).
+    exactly when `filters.meaning` is set). `producer`: the spec's producer, built once by the
+    caller, who closes it; without one, it is built and closed here.
 
     Work is committed chunk by chunk (translations, then the chunk's views), so a killed
     run resumes where it stopped and never writes a view twice.
     `on_progress(done, total)` is called after each chunk.
     """
-    producer = make_producer(spec, lake)
+    owned = producer is None
+    producer = make_producer(spec, lake) if producer is None else producer
     try:
         config = config_hash(spec, filters, producer, judge)
         sentences = corpus_sentences(lake, corpus, shard)
         present = views_present(lake, [sid for sid, _, _ in sentences], config)
         todo = [row for row in sentences if row[0] not in present]
         report = ShardReport(spec.name, config, shard=shard.index, sentences=len(sentences), reused_views=len(present))
+        ctx = ProduceContext(lake, run_id, report.cache)
         if on_progress is not None:
             on_progress(0, len(todo))
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
-            produced = producer.produce(lake, [(sid, text) for sid, text, _ in chunk], run_id, report.cache)
+            produced = producer.produce([(sid, text) for sid, text, _ in chunk], ctx)
             rows = [
                 _view_row(spec, filters, config, sid, source, producer.lang or source_lang, view, run_id)
                 for (sid, source, source_lang), view in zip(chunk, produced, strict=True)
@@ -151,16 +155,24 @@ def make_shard_views(
             if on_progress is not None:
                 on_progress(min(start + chunk_size, len(todo)), len(todo))
     finally:
-        producer.close()
+        if owned:
+            producer.close()
     return report
 
 
 def _view_row(
-    spec: AugmenterSpec, filters: FilterSpec, config: str, sid: str, source: str, lang: str, view, run_id: str
+    spec: AugmenterSpec,
+    filters: FilterSpec,
+    config: str,
+    sid: str,
+    source: str,
+    lang: str,
+    view: ProducedView,
+    run_id: str,
 ) -> dict:
     """A `views` row: the view with its quality signals and the filter's verdict."""
     quality = quality_signals(source, view.text)
-    reason = view.reason or reject_reason(view.text, quality, filters, method=spec.method)
+    reason = view.reason or reject_reason(view.text, quality, filters, exempt=spec.exempt_from_filters)
     return {
         "view_id": fingerprint(sid, config),
         "sentence_id": sid,
@@ -170,7 +182,7 @@ def _view_row(
         "path": spec.path_label,
         "text": view.text,
         "lang": lang,
-        "provenance": view.provenance,
+        "provenance": view.provenance.model_dump(),
         "quality": asdict(quality),
         "status": "rejected" if reason else "kept",
         "reject_reason": reason,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 from sacrebleu.metrics import BLEU
+from viewmill.augment.augmenters import augmenter_class
 from viewmill.augment.meaning_report import COSINE_FILTER_BODY, STORED_COSINES_BODY, CosineFilter, markdown_lines
 from viewmill.storage.lake import Lake, LakeError
 
@@ -211,7 +212,7 @@ def build_report(
         report = reports[(augmenter, config)]
         report.chrf = group["chrf"].to_list()
         report.length_ratio = group["length_ratio"].to_list()
-        if group["method"][0] != "identity":  # the source itself: chrF already says how close
+        if not augmenter_class(group["method"][0]).is_source_copy:  # chrF already says how close
             for sid, text in zip(group["sentence_id"], group["text"], strict=True):
                 by_sentence.setdefault(sid, {})[(augmenter, config)] = text
     if encode is not None:

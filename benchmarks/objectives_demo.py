@@ -27,7 +27,7 @@ RUNS = {
     "ntxent": ["train.objective=ntxent", "train.head_warmup_steps=0"],
     "infonce": ["train.objective=infonce", "train.head_warmup_steps=0"],
     "sgopt": ["train.objective=sgopt"],
-    "bt+sgopt": ["train.objective=sgopt", "train.sgopt_partner_view=true"],
+    "bt+sgopt": ["train.objective=sgopt", "train.options.partner_view=true"],
     "isbert": ["train.objective=isbert"],
 }
 TASKS = ("stsb-dev", "stsb-test", "sickr-test")
@@ -58,7 +58,9 @@ def main() -> None:
             label = "untrained"
         else:
             config = json.loads(row["train_config"])["train_config"]  # the model's manifest
-            partner = " (BT: BERT_F reads the partner)" if config.get("sgopt_partner_view") else ""
+            # manifests written before train.options spell it flat
+            reads_partner = (config.get("options") or {}).get("partner_view", config.get("sgopt_partner_view"))
+            partner = " (BT: BERT_F reads the partner)" if reads_partner else ""
             label = config["objective"] + partner
         table.setdefault(label, {})[row["task"]] = row["value"]
     print("| model | " + " | ".join(TASKS) + " |")

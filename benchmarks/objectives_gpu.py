@@ -61,7 +61,7 @@ def main() -> None:
                                checkpoint_every=0)  # fmt: skip
             train_model(pairs, str(base), warm, Path(tmp) / f"warm-{precision}", card={})
             for objective in OBJECTIVES:
-                warmup = 0 if objective in ("ntxent", "infonce") else 2
+                warmup = 2 if OBJECTIVES.get(objective).head else 0
                 config = TrainConfig(
                     objective=objective, steps=args.steps, batch_size=args.batch, head_warmup_steps=warmup,
                     device="cuda", precision=precision, checkpoint_every=0,

@@ -1,12 +1,16 @@
-"""What every stage of a recipe run shares: the recipe, its state directory, settings and run id."""
+"""What every stage of a recipe run shares: the recipe, its state directory, settings and run id.
+
+A run has one context: the command line makes it, and a flow it hands the run to rebuilds it
+from the same validated recipe (`recipe_parameter`) and run id (`RunContext.of`), never from
+the recipe file again."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from viewmill.augment.ingest import IngestResult, ingest
 from viewmill.pipelines.recipe import Recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
@@ -18,34 +22,26 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
+def recipe_parameter(recipe: Recipe) -> dict[str, Any]:
+    """The validated recipe as JSON for a flow parameter: what its file and overrides set, paths
+    resolved. `Recipe.model_validate` of it is the same recipe; a full dump would not always be
+    (it would set fields left to their defaults, and some validators read which fields were set)."""
+    return recipe.model_dump(mode="json", exclude_unset=True)
+
+
 @dataclass
 class RunContext:
     recipe: Recipe
     state: StatePaths
     settings: Settings = field(default_factory=Settings)  # VIEWMILL_* read here when not given
     run_id: str = field(default_factory=lambda: new_run_id())
-    _corpus: IngestResult | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, recipe: Recipe, state_dir: str, settings: Settings | None, run_id: str | None) -> RunContext:
+        """The context a flow runs in: the caller's run id when it made one (the command line
+        did), else a new one; a deployment's run passes no settings, its worker's VIEWMILL_* give them."""
+        return cls(recipe, StatePaths.resolve(state_dir), settings or Settings(), run_id or new_run_id())
 
     def lake(self, *, read_only: bool = False) -> Lake:
         """The run's lake: read-only (no writer lock) for stages that only read."""
         return self.settings.open_lake(self.state.lake, read_only=read_only)
-
-    def corpus(self) -> IngestResult:
-        """The recipe's corpus, read once per run (preflight and ingest share it)."""
-        if self._corpus is None:
-            spec = self.recipe.corpus
-            self._corpus = ingest(
-                spec.files,
-                corpus=self.recipe.corpus_name,
-                fmt=spec.format,
-                lang=spec.lang,
-                detokenize=spec.detokenize,
-                min_words=spec.min_words,
-                max_words=spec.max_words,
-                limit=spec.limit,
-                run_id=self.run_id,
-                nli_links=self.recipe.wants_nli_links,
-                on_error=spec.on_error,
-                options=spec.read_options(),
-            )
-        return self._corpus

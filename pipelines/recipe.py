@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
-import json
-import math
+import copy
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -21,9 +19,10 @@ from pydantic import (
 )
 from viewmill.augment.augmenters import AugmenterSpec
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.readers import NLI_FORMATS, READERS, ReadOptions
+from viewmill.augment.readers import READERS, ReadOptions, nli_formats
 from viewmill.pipelines.messages import validation_lines
 from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
+from viewmill.pipelines.sweep_spec import SweepSpec
 from viewmill.storage import datasets
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.storage.negatives import NLI_SOURCE, NliContradictions
@@ -68,7 +67,7 @@ class CorpusSpec(BaseModel):
 
     @model_validator(mode="after")
     def _column_where_needed(self) -> CorpusSpec:
-        if self.format in ("csv", "parquet", "hf") and not self.text_column:
+        if READERS[self.format].needs_text_column and not self.text_column:
             raise ValueError(f"format {self.format} needs text_column: the name of the column with the text")
         return self
 
@@ -160,90 +159,10 @@ class ExecutionSpec(BaseModel):
     retry_delay_s: float = Field(10.0, ge=0, description="first retry delay; doubles for each further retry")
 
 
-class SweepConfig(BaseModel):
-    """One configuration of a sweep: recipe settings as `--set` would give them."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    label: str = Field(pattern=r"^[A-Za-z0-9_.,=+-]+$")
-    set: dict[str, Any] = Field(default_factory=dict, description="e.g. {train.encoder_lr: 2.0e-5}")
-
-    def overrides(self) -> list[str]:
-        return [f"{key}={json.dumps(value)}" for key, value in self.set.items()]  # JSON is YAML
-
-
-MAX_SWEEP_CONFIGS = 256  # each one trains and evaluates a model
 # Files and folders are named after the recipe (models/<name>-<id>.staged.partial-old-<pid>,
 # reports/sweep-<name>-<run>.md): with at most 100 characters these stay under the 255 bytes
 # a file name may have, instead of failing after augmenting.
 MAX_NAME_CHARS = 100
-
-
-class SweepSpec(BaseModel):
-    """Training configurations run over the recipe's pairs (or the pairs each one asks for)
-    and compared; the best is chosen on one evaluation task, e.g. STS-B dev, or on the
-    weighted mean of several."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    select_on: str | list[str] | dict[str, Annotated[float, Field(gt=0)]] = Field(
-        description="the evaluate task that chooses the best configuration (a dev set); a list of tasks (their "
-        "mean) or a mapping of tasks to weights (their weighted mean)"
-    )
-    grid: dict[str, list[Any]] = Field(default_factory=dict, description="every combination of these settings")
-    configs: list[SweepConfig] = Field(default_factory=list, description="configurations listed one by one")
-
-    @property
-    def select_weights(self) -> dict[str, float]:
-        """Each selection task and its weight."""
-        if isinstance(self.select_on, str):
-            return {self.select_on: 1.0}
-        return dict.fromkeys(self.select_on, 1.0) if isinstance(self.select_on, list) else dict(self.select_on)
-
-    @property
-    def select_label(self) -> str:
-        """What the selection score is called in tables and the lake's `sweeps.select_task`."""
-        weights = self.select_weights
-        if isinstance(self.select_on, str):
-            return self.select_on
-        if len(set(weights.values())) == 1:
-            return f"mean({', '.join(weights)})"
-        return f"weighted mean({', '.join(f'{name}: {weight:g}' for name, weight in weights.items())})"
-
-    @model_validator(mode="after")
-    def _something_to_run(self) -> SweepSpec:
-        if not self.select_on:
-            raise ValueError("select_on names no task: name one evaluate task, or a list of them")
-        if isinstance(self.select_on, list) and len(set(self.select_on)) != len(self.select_on):
-            raise ValueError(f"select_on names a task twice: {self.select_on}")
-        if not self.grid and not self.configs:
-            raise ValueError("a sweep needs grid or configs (or both)")
-        for key, values in self.grid.items():
-            if not values:
-                raise ValueError(f"grid setting {key} has no values")
-        sizes = [len(values) for values in self.grid.values()]
-        if math.prod(sizes) + len(self.configs) > MAX_SWEEP_CONFIGS:  # counted before anything is expanded
-            raise ValueError(
-                f"the sweep has {math.prod(sizes) + len(self.configs):,} configurations "
-                f"(grid {' x '.join(map(str, sizes)) or '0'}, plus {len(self.configs)} listed), more than "
-                f"{MAX_SWEEP_CONFIGS}: narrow sweep.grid or split it into several sweeps"
-            )
-        labels = [c.label for c in self.expand()]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"sweep configuration labels must be unique, got {labels}")
-        return self
-
-    def expand(self) -> list[SweepConfig]:
-        """The grid's combinations (labelled by their settings), then the listed configs."""
-        keys = list(self.grid)
-        combos = [
-            SweepConfig(
-                label=",".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in zip(keys, values, strict=True)),
-                set=dict(zip(keys, values, strict=True)),
-            )
-            for values in itertools.product(*(self.grid[key] for key in keys))
-        ] if keys else []  # fmt: skip
-        return combos + list(self.configs)
 
 
 class Recipe(BaseModel):
@@ -288,12 +207,12 @@ class Recipe(BaseModel):
                     f"sweep.select_on '{', '.join(unknown) or self.sweep.select_label}' must name an evaluate task "
                     f"({', '.join(tasks) or 'none'}) and the recipe needs a train section"
                 )
-        if self.wants_nli_links and self.corpus.format not in NLI_FORMATS:
-            entailment = any(a.method == "entailment" for a in self.augmenters)
-            needs = "an entailment augmenter" if entailment else "pair.negatives (nli-contradiction)"
+        if self.wants_nli_links and not READERS[self.corpus.format].yields_nli_pairs:
+            needing = [a.method for a in self.augmenters if a.needs_nli_links]
+            needs = f"the {needing[0]} augmenter" if needing else "pair.negatives (nli-contradiction)"
             raise ValueError(
                 f"{needs} needs labelled NLI data: corpus.format is '{self.corpus.format}', "
-                f"use one of {', '.join(NLI_FORMATS)}"
+                f"use one of {', '.join(nli_formats())}"
             )
         return self
 
@@ -307,7 +226,7 @@ class Recipe(BaseModel):
     @property
     def wants_nli_links(self) -> bool:
         negatives = self.pair.negatives
-        return any(a.method == "entailment" for a in self.augmenters) or (
+        return any(a.needs_nli_links for a in self.augmenters) or (
             negatives is not None and negatives.source == NLI_SOURCE
         )
 
@@ -387,6 +306,11 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 
 def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
     """Parse and validate a recipe; relative file paths are taken from the recipe's folder."""
+    return recipe_from_mapping(read_recipe_file(path), path, overrides)
+
+
+def read_recipe_file(path: Path | str) -> dict:
+    """A recipe file's YAML mapping, not yet validated (a sweep validates it once per configuration)."""
     path = Path(path)
     if not path.is_file():
         raise RecipeError(f"recipe not found: {path} (try recipes/demo.yaml)")
@@ -400,18 +324,24 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
         raise RecipeError(f"recipe {path} is not UTF-8 text") from None
     if not isinstance(raw, dict):
         raise RecipeError(f"recipe {path} must be a YAML mapping with name, corpus, augmenters, pair")
-    raw = apply_overrides(raw, overrides or [])
+    return raw
+
+
+def recipe_from_mapping(raw: dict, path: Path | str, overrides: list[str] | None = None) -> Recipe:
+    """`raw` (read from `path`, left unchanged) with `overrides` applied, validated, and its
+    relative file paths taken from the recipe's folder."""
+    path = Path(path)
+    raw = apply_overrides(copy.deepcopy(raw), overrides or [])
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as exc:
         raise RecipeError(_format_validation_error(path, exc)) from None
     base = path.resolve().parent
+    takes_names = not READERS[recipe.corpus.format].reads_files
     recipe.corpus.files = [
-        f
-        if recipe.corpus.format == "hf" and not datasets.is_reference(f) and not (base / f).exists()
-        else _resolve_path(f, base)
+        f if takes_names and not datasets.is_reference(f) and not (base / f).exists() else _resolve_path(f, base)
         for f in recipe.corpus.files
-    ]  # an hf source that is not a local directory is a hub id
+    ]  # a reader of names (hf: hub ids) gets a source that is no path beside the recipe as written
     for task in recipe.eval_tasks():
         _resolve_task_paths(task, base)
     if recipe.train is not None and not recipe.train.encoder.startswith("embedded:"):

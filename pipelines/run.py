@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from viewmill.augment.models import release_models
+from viewmill.augment.readers import CorpusError
 from viewmill.augment.views import ShardReport
 from viewmill.pipelines.context import RunContext, new_run_id
 from viewmill.pipelines.run_record import RunSummary, record_run
@@ -19,6 +20,7 @@ from viewmill.pipelines.stages.evaluate import EvalTarget, evaluate_stage
 from viewmill.pipelines.stages.ingest import ingest_stage
 from viewmill.pipelines.stages.pair import existing_snapshot, pair_stage
 from viewmill.pipelines.stages.preflight import preflight
+from viewmill.pipelines.stages.producers import release_producers
 from viewmill.pipelines.stages.train import train_stage
 from viewmill.storage.snapshots import Snapshot
 from viewmill.train.encoder import resolve_encoder
@@ -64,7 +66,8 @@ def run_recipe(
     pairs snapshot; `train=False` stops after pairing, `evaluate=False` after training.
 
     Returns the run summary (RunSummary.as_dict); the run record is written whether the run
-    succeeds or fails (a preflight failure writes nothing at all).
+    succeeds or fails, except on bad input, which writes nothing at all: a preflight failure,
+    or a corpus error that ingest's full read finds before it writes.
     """
     started = datetime.now(UTC)
     timed = StageTimer(call)
@@ -78,6 +81,8 @@ def run_recipe(
             summary.snapshot = existing_snapshot(ctx, snapshot)
         if train and ctx.recipe.train is not None:
             _train_and_evaluate(ctx, timed, summary, summary.snapshot, evaluate=evaluate)
+    except CorpusError:
+        raise  # bad input met by ingest's read, before it wrote: nothing to record, as for preflight's
     except BaseException as exc:
         try:
             record_run(ctx, flow, started, "failed", timed.timings, summary.counts(),
@@ -100,6 +105,7 @@ def _make_pairs(ctx: RunContext, timed: StageTimer, map_shards: MapShards, summa
         for a in ctx.recipe.augmenters
     }
     release_models()  # translation and MLM weights are done for this run
+    release_producers()  # and so are the producers kept for this process's shards
     pair = ctx.recipe.pair
     configs = {name: report.config_hash for name, report in summary.augment.items()}
     partners = [configs[b] for b in pair.partners]

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from viewmill.pipelines.context import RunContext, new_run_id
-from viewmill.pipelines.recipe import RecipeError, SweepConfig, load_recipe
+from viewmill.pipelines.context import RunContext, new_run_id, recipe_parameter
+from viewmill.pipelines.recipe import Recipe, RecipeError, read_recipe_file, recipe_from_mapping
 from viewmill.pipelines.run import run_recipe
 from viewmill.pipelines.state import StatePaths
+from viewmill.pipelines.sweep_spec import SweepConfig
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.schema import SWEEPS
 from viewmill.storage.settings import Settings
@@ -73,8 +74,37 @@ class SweepReport:
         }
 
 
+@dataclass(frozen=True)
+class SweepRecipes:
+    """A sweep's recipes, all validated before any runs: the base recipe, then one per
+    configuration, in the order of `base.sweep.expand()`."""
+
+    base: Recipe
+    configs: list[Recipe]
+
+    def as_parameter(self) -> list[dict[str, Any]]:
+        """JSON for a flow parameter: the base, then the configurations (`recipe_parameter`)."""
+        return [recipe_parameter(recipe) for recipe in (self.base, *self.configs)]
+
+    @classmethod
+    def from_parameter(cls, recipes: list[dict[str, Any]]) -> SweepRecipes:
+        base, *configs = (Recipe.model_validate(recipe) for recipe in recipes)
+        return cls(base, configs)
+
+
+def load_sweep(recipe_path: Path | str, overrides: list[str] | None = None) -> SweepRecipes:
+    """The sweep's recipes, from one read of the recipe file."""
+    overrides = list(overrides or [])
+    raw = read_recipe_file(recipe_path)
+    base = recipe_from_mapping(raw, recipe_path, overrides)
+    if base.sweep is None:
+        raise RecipeError(f"recipe {recipe_path} has no sweep section: add sweep.grid or sweep.configs")
+    configs = [recipe_from_mapping(raw, recipe_path, overrides + c.overrides()) for c in base.sweep.expand()]
+    return SweepRecipes(base, configs)
+
+
 def run_sweep(
-    recipe_path: Path | str,
+    recipe: Path | str | SweepRecipes,
     state: StatePaths,
     overrides: list[str] | None = None,
     *,
@@ -87,21 +117,21 @@ def run_sweep(
     record each in the lake's `sweeps` table with its settings, choose the best on
     `select_on`, and write a Markdown table and a PNG chart.
 
-    `run` runs one configuration's recipe (Prefect passes one that makes each stage a task).
+    `recipe`: the recipe file (read with `overrides`), or its recipes as the caller loaded
+    them (`load_sweep`). `run` runs one configuration's recipe (Prefect passes one that makes
+    each stage a task).
     """
-    overrides = list(overrides or [])
-    base = load_recipe(recipe_path, overrides)
-    if base.sweep is None:
-        raise RecipeError(f"recipe {recipe_path} has no sweep section: add sweep.grid or sweep.configs")
+    recipes = recipe if isinstance(recipe, SweepRecipes) else load_sweep(recipe, overrides)
+    base = recipes.base
     spec = base.sweep
+    assert spec is not None  # load_sweep refuses a recipe without one
     run = run or run_recipe
     tasks = [t.name for t in base.evaluate.tasks]
     report = SweepReport(base.name, new_run_id(), spec.select_label, tasks, select_weights=spec.select_weights)
     configs = spec.expand()
-    recipes = [load_recipe(recipe_path, overrides + config.overrides()) for config in configs]  # all valid first
-    for config, recipe in zip(configs, recipes, strict=True):
-        summary = run(RunContext(recipe, state, settings or Settings()))
-        report.results.append(_result(config, summary, recipe.train.model_dump_json(exclude={"dev"})))
+    for config, configured in zip(configs, recipes.configs, strict=True):
+        summary = run(RunContext(configured, state, settings or Settings()))
+        report.results.append(_result(config, summary, configured.train.model_dump_json(exclude={"dev"})))
     best = max(report.results, key=lambda r: report.select_value(r.results))  # the first of equals
     best.selected = True
     _record(state, report, settings or Settings())

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REPO, SENTENCES
 from tests.tiny_mt import build_tiny_marian
-from viewmill.cpu import AVX512_FLAGS, choose_ct2_isa, cpu_flags, flags_label
+from viewmill.cpu import AVX512_FLAGS, choose_ct2_isa, cpu_flags, cpu_has_bf16, flags_label
 
 AVX2_ONLY = frozenset({"sse4_1", "avx", "avx2", "fma"})
 
@@ -24,6 +24,23 @@ def test_flags_are_read_from_cpuinfo_and_labelled(tmp_path):
     assert flags == {"fpu", "avx2", "avx512f", "avx512_vnni"}
     assert flags_label(flags) == "avx2 avx512f avx512_vnni"
     assert cpu_flags.__wrapped__(tmp_path / "absent") == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("line", "bf16"),
+    [
+        ("flags\t\t: fpu avx2 avx512f avx512bw avx512_vnni", False),  # AVX-512 without its BF16 extension
+        ("flags\t\t: fpu avx2 avx512f avx512_bf16", True),  # Cooper Lake, AMD Zen 4 and later
+        ("flags\t\t: fpu avx2 amx_tile amx_bf16", True),
+        ("flags\t\t: fpu sse4_2 avx2 fma", False),
+        ("Features\t: fp asimd bf16", False),  # ARM's bf16 is not measured here: float32 stays
+    ],
+)
+def test_bf16_support_is_read_from_the_flags_whatever_the_vendor(tmp_path, line, bf16):
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nvendor_id\t: AuthenticAMD\n{line}\n")
+    assert cpu_has_bf16(cpu_flags.__wrapped__(info)) is bf16
+    assert cpu_has_bf16(cpu_flags.__wrapped__(tmp_path / "absent")) is False
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""BSL: bootstrapped sentence representation learning (BYOL for sentences).
+"""BSL: bootstrapped sentence representation learning (BYOL for sentences), its settings and
+its registry entry.
 
 Online encoder f + predictor p learn to predict a target encoder's embedding of the other
 view; the target is an exponential moving average of the online encoder, without gradients.
@@ -8,11 +9,17 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
+from viewmill.train.objectives import Objective
+from viewmill.train.pooling import exported_modules, mean_pooled
+
+if TYPE_CHECKING:
+    from viewmill.train.config import TrainConfig
 
 
 class Predictor(nn.Module):
@@ -33,17 +40,6 @@ class Predictor(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-
-
-def mean_pooled(encoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The encoder's mean-pooled last hidden state: what the exported models compute."""
-    out = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    return mean_pool(out.last_hidden_state, batch["attention_mask"])
 
 
 def negative_cosine(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -96,23 +92,45 @@ class BSL(nn.Module):
             t_buf.copy_(o_buf)
 
 
-class MomentumSchedule(Protocol):
-    """The settings BSL's target momentum reads (a `TrainConfig`)."""
+class BSLOptions(BaseModel):
+    """BSL's settings (`train.options`)."""
 
-    momentum: float
-    momentum_schedule: str
-    steps: int
+    model_config = ConfigDict(extra="forbid")
 
-
-def target_momentum(config: MomentumSchedule, step: int) -> float:
-    """BSL's EMA momentum at `step` (1-based): constant, or BYOL's cosine increase from
-    `momentum` at the first step to 1 at the last."""
-    if config.momentum_schedule == "constant" or config.steps <= 1:
-        return config.momentum
-    progress = (step - 1) / (config.steps - 1)
-    return 1 - (1 - config.momentum) * (math.cos(math.pi * progress) + 1) / 2
+    momentum: float = Field(0.999, ge=0, le=1, description="the target's EMA momentum (1: frozen, 0: a copy)")
+    momentum_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="cosine: BYOL's increase from momentum to 1 over the run"
+    )
+    predictor_k: int = Field(8, ge=1, description="the predictor's hidden width, in embedding widths")
 
 
-def ema_step(model: BSL, config: MomentumSchedule, step: int) -> None:
+def target_momentum(options: BSLOptions, steps: int, step: int) -> float:
+    """BSL's EMA momentum at `step` (1-based) of `steps`: constant, or BYOL's cosine increase
+    from `momentum` at the first step to 1 at the last."""
+    if options.momentum_schedule == "constant" or steps <= 1:
+        return options.momentum
+    progress = (step - 1) / (steps - 1)
+    return 1 - (1 - options.momentum) * (math.cos(math.pi * progress) + 1) / 2
+
+
+def ema_step(model: BSL, config: TrainConfig, step: int) -> None:
     """BSL's after-step hook: the target follows the online encoder at the step's momentum."""
-    model.update_target(target_momentum(config, step))
+    model.update_target(target_momentum(config.objective_options, config.steps, step))
+
+
+def build(config: TrainConfig, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
+    """BSL over the base model, exported as the online encoder with mean pooling."""
+    dim = sentence_model.get_embedding_dimension()
+    model = BSL(sentence_model[0].auto_model, dim, config.objective_options.predictor_k)
+    return model, exported_modules(sentence_model)
+
+
+BSL_OBJECTIVE = Objective(
+    build=build,
+    head=True,
+    accumulation=True,
+    after_step=ema_step,
+    options=BSLOptions,
+    description="BYOL-style bootstrapping (predictor + EMA)",
+    title="BSL (bootstrapped sentence representation learning)",
+)

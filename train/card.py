@@ -11,32 +11,8 @@ from typing import Any
 
 from viewmill.storage.extension_points import RegistryError
 from viewmill.train.embedded import EMBEDDED
-from viewmill.train.encoder import CNN_REF, EMBEDDED_PREFIX, MODELING_FILE
+from viewmill.train.encoder import EMBEDDED_PREFIX
 
-OBJECTIVE_NAMES = {
-    "bsl": "BSL (bootstrapped sentence representation learning)",
-    "ntxent": "NT-Xent contrastive",
-    "infonce": "InfoNCE (in-batch negatives)",
-    "sgopt": "SG-OPT (self-guided contrastive)",
-    "isbert": "IS-BERT (mutual information with n-gram features)",
-    "distill": "multilingual knowledge distillation (Reimers & Gurevych, 2020): the source sentence and its "
-    "translation both regress (MSE) onto a frozen copy of the starting model's embedding of the source",
-    "infonce-distill": "symmetric in-batch InfoNCE between a sentence's views (e.g. the source and its translation) "
-    "plus an MSE anchor of the source's embedding to a frozen copy of the starting model's",
-}
-# BibTeX of the paper an objective follows, for the card's Citation section.
-OBJECTIVE_CITATIONS = {
-    "distill": """@inproceedings{reimers-2020-multilingual-sentence-bert,
-    title = "Making Monolingual Sentence Embeddings Multilingual using Knowledge Distillation",
-    author = "Reimers, Nils and Gurevych, Iryna",
-    booktitle = "Proceedings of the 2020 Conference on Empirical Methods in Natural Language Processing",
-    month = "11",
-    year = "2020",
-    publisher = "Association for Computational Linguistics",
-    url = "https://arxiv.org/abs/2004.09813",
-}""",
-}
-OBJECTIVE_CITATIONS["infonce-distill"] = OBJECTIVE_CITATIONS["distill"]  # its anchor is that paper's distillation
 STAGED_SUFFIX = ".staged"  # the train stage exports to `<model>.staged`, then renames it into place
 # Evaluation files and folders whose Hugging Face data set is known: name -> (hub id, split).
 STS_FILES = {
@@ -194,7 +170,8 @@ def card_body(name: str, manifest: Mapping[str, Any], dev: list[dict[str, Any]])
         lines += ["", "**No improvement over the start.** No dev evaluation beat the starting model, so this "
                   f"directory holds `{manifest.get('base_model')}` unchanged (selected_step: 0). "
                   "It is not a trained result."]  # fmt: skip
-    remote = objective == "isbert"
+    entry = _entry(objective)
+    remote = entry.remote_code if entry is not None else ""
     lines += [
         "",
         "## Usage",
@@ -207,24 +184,29 @@ def card_body(name: str, manifest: Mapping[str, Any], dev: list[dict[str, Any]])
         "```",
     ]
     if remote:
-        lines += ["", f"The IS-BERT CNN is this directory's own code (`{MODELING_FILE}`, module `{CNN_REF}`): "
-                  "loading needs `trust_remote_code=True` and sentence-transformers, not viewmill."]  # fmt: skip
-    if objective in OBJECTIVE_CITATIONS:
-        lines += ["", "## Citation", "", "```bibtex", OBJECTIVE_CITATIONS[objective], "```"]
+        lines += ["", remote]
+    if entry is not None and entry.citation:
+        lines += ["", "## Citation", "", "```bibtex", entry.citation, "```"]
     return "\n".join(lines) + "\n"
 
 
-def objective_name(objective: str) -> str:
-    """viewmill's words for its own objectives; a plugin's registry description, or its bare
-    name where it has none or is no longer installed (a card written again later)."""
-    if objective in OBJECTIVE_NAMES:
-        return OBJECTIVE_NAMES[objective]
+def _entry(objective: str):
+    """The objective's registry entry; None for a plugin no longer installed (a card written again later)."""
     from viewmill.train.objectives import OBJECTIVES  # here: card.py itself loads without torch
 
     try:
-        description = OBJECTIVES.get(objective).description
+        return OBJECTIVES.get(objective)
     except RegistryError:
-        description = ""
+        return None
+
+
+def objective_name(objective: str) -> str:
+    """The entry's title for the objective; a plugin without one: its name and description (its
+    bare name where it has none or is no longer installed)."""
+    entry = _entry(objective)
+    if entry is not None and entry.title:
+        return entry.title
+    description = entry.description if entry is not None else ""
     return f"the plugin objective {objective}" + (f" ({description})" if description else "")
 
 

@@ -1,22 +1,48 @@
-"""Training configuration: one validated model for every objective."""
+"""Training configuration: one validated model for every objective, the objective's own
+settings under `options`."""
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from viewmill.train.dev_scores import DevSelection
 from viewmill.train.objectives import OBJECTIVES
 
-SGOPT_HEAD_LR = 5e-5  # SG-OPT paper: AdamW lr 5e-5 for BERT_T and the projection head
+from viewmill.spelling import did_you_mean
+
+log = logging.getLogger(__name__)
 PAPER_LR = 5e-4  # BSL paper: lr 5e-4 (1e-4..5e-4), Adam, batch 64, one epoch
+# Settings spelt flat before each objective had its options: flat key -> (its objective, its option).
+LEGACY_OPTIONS = {
+    "momentum": ("bsl", "momentum"),
+    "momentum_schedule": ("bsl", "momentum_schedule"),
+    "predictor_k": ("bsl", "predictor_k"),
+    "sgopt_lambda": ("sgopt", "reg_lambda"),
+    "sgopt_head_width": ("sgopt", "head_width"),
+    "sgopt_partner_view": ("sgopt", "partner_view"),
+    "isbert_filters": ("isbert", "filters"),
+    "isbert_windows": ("isbert", "windows"),
+    "distill_weight": ("infonce-distill", "distill_weight"),
+}
 
 
 class TrainConfig(BaseModel):
     """Hyperparameters of a training run. The defaults are the safe post-training setting
     for strong encoders: the head (BSL's predictor, SG-OPT's projection, IS-BERT's CNN)
     warms up first with the encoder frozen, then both train, the encoder at a small
-    learning rate."""
+    learning rate. `options` holds the objective's own settings, validated by its entry's
+    `options` model (defaults filled in) and read as `objective_options`."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -27,6 +53,12 @@ class TrainConfig(BaseModel):
     )
     objective: str = Field(
         "bsl", description="a registered objective: bsl, ntxent, infonce, sgopt, isbert, distill, plugins"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        validate_default=True,  # the defaults filled in, in every config
+        description="the objective's own settings, e.g. bsl's {momentum, momentum_schedule, predictor_k}, sgopt's "
+        "{reg_lambda, head_width, partner_view}, isbert's {filters, windows}, infonce-distill's {distill_weight}",
     )
     steps: int = Field(120, ge=1)
     batch_size: int = Field(64, ge=2)
@@ -42,12 +74,6 @@ class TrainConfig(BaseModel):
     grad_accumulation: int = Field(
         1, ge=1, description="pieces a batch is processed in; contrastive losses keep all negatives (GradCache)"
     )
-    # BSL
-    momentum: float = Field(0.999, ge=0, le=1)
-    momentum_schedule: Literal["constant", "cosine"] = Field(
-        "constant", description="cosine: BYOL's increase from momentum to 1 over the run"
-    )
-    predictor_k: int = Field(8, ge=1)
     # contrastive and SG-OPT
     temperature: float | None = Field(None, gt=0, description="default 0.05 (ntxent, infonce), 0.01 (sgopt)")
     hard_negative_weight: float = Field(
@@ -55,16 +81,6 @@ class TrainConfig(BaseModel):
         description="SimCSE's weight added to each anchor's logits (after the temperature) of its own hard "
         "negatives; ntxent and infonce on pairs with negatives",
     )
-    distill_weight: float = Field(
-        200.0, ge=0, description="infonce-distill: weight of the MSE that keeps the source's embedding at the start's"
-    )
-    # SG-OPT
-    sgopt_lambda: float = Field(0.1, ge=0)
-    sgopt_head_width: int = Field(4096, ge=1)
-    sgopt_partner_view: bool = Field(False, description="BT + SG-OPT: BERT_F reads the partner (back-translation)")
-    # IS-BERT
-    isbert_filters: int = Field(256, ge=1)
-    isbert_windows: tuple[int, ...] = (1, 3, 5)
     # checkpoints and model selection
     checkpoint_every: int = Field(50, ge=0, description="steps between resumable checkpoints (0: none)")
     eval_every: int = Field(0, ge=0, description="steps between dev evaluations (0: none); needs dev data")
@@ -79,12 +95,60 @@ class TrainConfig(BaseModel):
     device: str = "cpu"
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="autocast dtype; fp16 adds loss scaling")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_options(cls, data: Any) -> Any:
+        """Flat keys of LEGACY_OPTIONS moved into `options`, with a warning; one that belongs to
+        another objective is refused (it would change nothing)."""
+        if not isinstance(data, dict) or not LEGACY_OPTIONS.keys() & data.keys():
+            return data
+        objective = data.get("objective", cls.model_fields["objective"].default)
+        options = data.get("options") or {}
+        if not isinstance(options, dict):
+            return data  # the options field's own error says why
+        data, options = dict(data), dict(options)
+        for key in [key for key in data if key in LEGACY_OPTIONS]:
+            owner, name = LEGACY_OPTIONS[key]
+            if objective != owner and objective in OBJECTIVES:  # an unknown objective has its own error
+                raise ValueError(
+                    f"{key} is a setting of objective {owner}, not of {objective}: remove it (or train {owner}, "
+                    f"with it as train.options.{name})"
+                )
+            if name in options:
+                raise ValueError(f"{key} and options.{name} are one setting, given twice: keep train.options.{name}")
+            options[name] = data.pop(key)
+            log.warning("train.%s is read as train.options.%s, its spelling now: write it so", key, name)
+        data["options"] = options
+        return data
+
     @field_validator("objective")
     @classmethod
     def _registered(cls, objective: str) -> str:
         if objective not in OBJECTIVES:
             raise ValueError(OBJECTIVES.unknown(objective))
         return objective
+
+    @field_validator("options")
+    @classmethod
+    def _objective_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """The options as the objective's model validates them, defaults filled in (so one setting
+        spelt or left to its default is one config); a bad value's error is located in them."""
+        objective = info.data.get("objective")
+        if objective is None:
+            return options  # the objective's own error says why
+        model = OBJECTIVES.get(objective).options
+        try:
+            return model.model_validate(options).model_dump()
+        except ValidationError as exc:
+            unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
+            if not unknown:
+                raise
+            raise ValueError(_unknown_options(objective, unknown, list(model.model_fields))) from None
+
+    @property
+    def objective_options(self) -> Any:
+        """The objective's options model, validated from `options` (what `build` and the hooks read)."""
+        return OBJECTIVES.get(self.objective).options.model_validate(self.options)
 
     @model_validator(mode="after")
     def _defaults_and_warmup(self) -> TrainConfig:
@@ -102,22 +166,19 @@ class TrainConfig(BaseModel):
             )
         if self.temperature is None and entry.temperature is not None:
             self.temperature = entry.temperature
-        if self.objective == "sgopt" and self.preset == "safe" and "head_lr" not in self.model_fields_set:
-            # tau = 0.01 scales logits by 100: the fresh head at 1e-3 overshoots and the loss
-            # climbs (tests/train/test_sgopt_loss.py); the paper trains everything at 5e-5.
-            self.head_lr = SGOPT_HEAD_LR
+        if entry.safe_head_lr is not None and self.preset == "safe" and "head_lr" not in self.model_fields_set:
+            self.head_lr = entry.safe_head_lr
         if self.grad_accumulation > 1:
             if not entry.accumulation:
+                users = ", ".join(name for name in OBJECTIVES.names() if OBJECTIVES.get(name).accumulation)
                 raise ValueError(
-                    f"grad_accumulation is for bsl, distill (plain) and ntxent/infonce (cached gradients); "
-                    f"{self.objective}'s in-batch negatives would change: lower batch_size instead"
+                    f"grad_accumulation splits each batch, and {self.objective}'s loss would change with it (its "
+                    f"in-batch negatives): lower batch_size instead, or use an objective that accumulates ({users})"
                 )
-            if self.objective in ("ntxent", "infonce") and self.precision == "fp16":
+            if entry.cached_gradients and self.precision == "fp16":
                 raise ValueError("cached-gradient accumulation runs without loss scaling: use precision bf16 or fp32")
         if self.early_stopping_patience is not None and not self.eval_every:
             raise ValueError("early_stopping_patience needs eval_every > 0 (dev evaluations to compare)")
-        if any(w < 1 or w % 2 == 0 for w in self.isbert_windows):
-            raise ValueError(f"isbert_windows must be odd sizes (same padding), got {list(self.isbert_windows)}")
         return self
 
     @model_validator(mode="after")
@@ -127,8 +188,6 @@ class TrainConfig(BaseModel):
                 f"hard_negative_weight weights hard negatives, which {self.objective} does not train on: remove it, "
                 "or use objective infonce or ntxent"
             )
-        if "distill_weight" in self.model_fields_set and self.objective != "infonce-distill":
-            raise ValueError(f"distill_weight weights infonce-distill's anchor, not {self.objective}'s loss: remove it")
         return self
 
     def _apply_paper_preset(self) -> None:
@@ -144,3 +203,10 @@ class TrainConfig(BaseModel):
         self.head_warmup_steps = 0
         if "keep_best" not in explicit:
             self.keep_best = False
+
+
+def _unknown_options(objective: str, unknown: list[str], known: list[str]) -> str:
+    """Options the objective does not have, each with a "did you mean", then the ones it has."""
+    named = "; ".join(f"'{key}'{did_you_mean(key, known)}" for key in unknown)
+    has = f"its options are {', '.join(known)}" if known else "it has none"
+    return f"{named}: not an option of objective {objective} ({has}); remove it or fix its spelling"

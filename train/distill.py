@@ -13,11 +13,12 @@ import copy
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
-from viewmill.train.bsl import mean_pooled
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
 from viewmill.train.objectives import Objective
+from viewmill.train.pooling import exported_modules, mean_pooled
 
 
 class Distill(nn.Module):
@@ -92,18 +93,60 @@ class AnchoredContrastive(Distill):
     forward = loss
 
 
+class AnchoredOptions(BaseModel):
+    """infonce-distill's settings (`train.options`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    distill_weight: float = Field(
+        200.0, ge=0, description="weight of the MSE that keeps the source's embedding at the start's"
+    )
+
+
+def build_distill(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
+    """The student over the base model, exported with mean pooling (the teacher is a frozen copy
+    inside the module, never exported)."""
+    return Distill(sentence_model[0].auto_model), exported_modules(sentence_model)
+
+
+def build_anchored(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
+    """The anchored student over the base model, exported with mean pooling."""
+    weight = config.objective_options.distill_weight
+    model = AnchoredContrastive(sentence_model[0].auto_model, config.temperature, weight)
+    return model, exported_modules(sentence_model)
+
+
+CITATION = """@inproceedings{reimers-2020-multilingual-sentence-bert,
+    title = "Making Monolingual Sentence Embeddings Multilingual using Knowledge Distillation",
+    author = "Reimers, Nils and Gurevych, Iryna",
+    booktitle = "Proceedings of the 2020 Conference on Empirical Methods in Natural Language Processing",
+    month = "11",
+    year = "2020",
+    publisher = "Association for Computational Linguistics",
+    url = "https://arxiv.org/abs/2004.09813",
+}"""
+
 INFONCE_DISTILL_OBJECTIVE = Objective(
+    build=build_anchored,
     head=False,
     temperature=0.05,
     needs_source=True,
+    options=AnchoredOptions,
     description="symmetric in-batch InfoNCE between the views plus distill_weight x MSE of the student's source "
     "embedding to a frozen copy of the start model's (aligns translations, keeps the source language's space)",
+    title="symmetric in-batch InfoNCE between a sentence's views (e.g. the source and its translation) plus an "
+    "MSE anchor of the source's embedding to a frozen copy of the starting model's",
+    citation=CITATION,  # its anchor is that paper's distillation
 )
 
 DISTILL_OBJECTIVE = Objective(
+    build=build_distill,
     head=False,
     accumulation=True,
     needs_source=True,
     description="multilingual knowledge distillation: student(source) and student(translation) regress onto "
     "a frozen teacher's embedding of the source (MSE)",
+    title="multilingual knowledge distillation (Reimers & Gurevych, 2020): the source sentence and its translation "
+    "both regress (MSE) onto a frozen copy of the starting model's embedding of the source",
+    citation=CITATION,
 )

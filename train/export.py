@@ -8,7 +8,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,9 +15,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 from viewmill.storage.files import build_dir_atomically
-from viewmill.train import modeling_isbert
 from viewmill.train.card import base_license, card_name, model_card
-from viewmill.train.encoder import CNN_REF, MODELING_FILE, encoder_fingerprint
+from viewmill.train.encoder import encoder_fingerprint
 from viewmill.train.manifest import (
     CARD,
     HASHES,
@@ -30,6 +28,7 @@ from viewmill.train.manifest import (
     is_disk_full,
     read_manifest,
 )
+from viewmill.train.objectives import OBJECTIVES
 
 __all__ = [
     "MANIFEST", "ExportError", "ModelIdentityError", "base_license", "export", "model_id_of", "read_manifest",
@@ -131,15 +130,17 @@ def export(sentence_model, out_dir: Path, manifest: dict) -> None:
     """Save a sentence-transformers directory with its card and manifest, whole or not at all.
 
     The manifest records the sha256 of every file written (`files_sha256`), so the model id
-    it states holds only for these files. An IS-BERT model carries its CNN's code
-    (`modeling_isbert.py`) so it loads with `trust_remote_code=True` without viewmill. A full
-    disk ends in one ExportError naming the folder and the fix; the partial folder is removed.
+    it states holds only for these files, among them what the objective's `on_export` adds (an
+    IS-BERT model carries its CNN's code, so it loads with `trust_remote_code=True` without
+    viewmill). A full disk ends in one ExportError naming the folder and the fix; the partial
+    folder is removed.
     """
+    on_export = OBJECTIVES.get(manifest["train_config"]["objective"]).on_export
 
     def write(staging: Path) -> None:
         sentence_model.save(str(staging), create_model_card=False)
-        if manifest["train_config"]["objective"] == "isbert":
-            carry_modeling_file(staging)
+        if on_export is not None:
+            on_export(staging)
         crash_point("export-partial")
         model_card(card_name(out_dir, manifest), manifest).save(staging / CARD)
         normal_file_modes(staging)
@@ -180,14 +181,3 @@ def write_card(model_dir: Path, tests: list[dict]) -> None:
         partial.replace(model_dir / CARD)
     finally:
         partial.unlink(missing_ok=True)
-
-
-def carry_modeling_file(folder: Path) -> None:
-    """Copy the CNN's module file into the model and point modules.json at it."""
-    shutil.copyfile(modeling_isbert.__file__, folder / MODELING_FILE)
-    modules_path = folder / "modules.json"
-    modules = json.loads(modules_path.read_text(encoding="utf-8"))
-    for module in modules:
-        if module["type"].endswith("modeling_isbert.ReLUCNN"):
-            module["type"] = CNN_REF
-    modules_path.write_text(json.dumps(modules, indent=2), encoding="utf-8")

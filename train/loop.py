@@ -208,5 +208,5 @@ def _resume_note(checkpoints: Checkpoints) -> str:
 def training_code_fingerprint(package: Path = Path(__file__).parent) -> str:
     """Hash of the training code itself (every module of the train package, by name and
     text), so a changed trainer never reuses an old model."""
-    modules = sorted(package.glob("*.py"))
-    return fingerprint(*((path.name, path.read_text(encoding="utf-8")) for path in modules))
+    modules = sorted(package.rglob("*.py"))  # sub-packages too: dev scoring selects the exported state
+    return fingerprint(*((path.relative_to(package).as_posix(), path.read_text(encoding="utf-8")) for path in modules))

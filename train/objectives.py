@@ -1,30 +1,31 @@
-"""Training objectives besides BSL and distillation: NT-Xent and InfoNCE contrastive,
-SG-OPT, IS-BERT, and the objective registry.
+"""The objective registry (`Objective`, an objective's whole description) and the contrastive
+objectives NT-Xent and InfoNCE; BSL, SG-OPT, IS-BERT and distillation have their own modules,
+each with its entry.
 
-Each takes a tokenised batch whose first n rows are view a and next n rows view b (the
-layout `viewmill.train.loop` builds; objectives whose entry reads hard negatives or the
+A training module takes a tokenised batch whose first n rows are view a and next n rows view
+b (the layout `viewmill.train.loop` builds; objectives whose entry reads hard negatives or the
 source sentence also get the rows after those, described by a `BatchLayout`), returns a
-scalar loss, and names the parameters that are trained and the sentence-transformers
-modules that are exported.
+scalar loss, and names the parameters of its head; its entry's `build` names the
+sentence-transformers modules that are exported.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict
 from torch import nn
 from viewmill.storage.extension_points import Registry, RegistryError
-from viewmill.train import modeling_isbert
-from viewmill.train.bsl import ema_step, mean_pool
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
 from viewmill.train.legacy_isbert import ReLUCNN  # noqa: F401  (the class path of IS-BERT exports before 0.2)
+from viewmill.train.pooling import exported_modules, mean_pool
 
 
 def nt_xent(
@@ -157,158 +158,29 @@ def _set_rng_state(state: tuple) -> None:
         torch.cuda.set_rng_state_all(state[1])
 
 
-def masked_max_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    return hidden.masked_fill(~attention_mask.bool().unsqueeze(-1), float("-inf")).amax(dim=1)
-
-
-class SGOPT(nn.Module):
-    """Self-guided contrastive learning (Kim et al., 2021), L_opt3 with the regulariser.
-
-    BERT_T (trained, layer 0 frozen) gives c_i = [CLS] of its last layer; the frozen copy
-    BERT_F gives a view per layer, h_{i,k} = max pooling of layer k (k = 0..l). With
-    `fixed_reads_partner`, BERT_F reads the partner view (BT + SG-OPT); otherwise the
-    sentence itself.
-    """
-
-    def __init__(
-        self,
-        encoder: nn.Module,
-        dim: int,
-        *,
-        temperature: float = 0.01,
-        reg_lambda: float = 0.1,
-        head_width: int = 4096,
-        fixed_reads_partner: bool = False,
-    ) -> None:
-        super().__init__()
-        self.tuned = encoder
-        self.fixed = copy.deepcopy(encoder).requires_grad_(False).eval()
-        self.tuned.get_input_embeddings().requires_grad_(False)
-        embeddings = getattr(encoder, "embeddings", None)
-        if embeddings is not None:  # layer 0 is the whole embedding block (positions, norm) in BERT
-            embeddings.requires_grad_(False)
-        # Two linear layers, each followed by GELU (the paper's footnote 4).
-        self.head = nn.Sequential(nn.Linear(dim, head_width), nn.GELU(), nn.Linear(head_width, dim), nn.GELU())
-        self.temperature, self.reg_lambda, self.fixed_reads_partner = temperature, reg_lambda, fixed_reads_partner
-
-    def train(self, mode: bool = True) -> SGOPT:
-        super().train(mode)
-        self.fixed.eval()
-        return self
-
-    def sentence_embedding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """c_i: BERT_T's last-layer [CLS], the vector the loss trains (the head is training-only)."""
-        return self.tuned(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state[:, 0]
-
-    def layer_views(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(n, l+1, d): max-pooled hidden states of every BERT_F layer, embeddings included."""
-        with torch.no_grad():
-            out = self.fixed(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True
-            )
-            mask = batch["attention_mask"]
-            return torch.stack([masked_max_pool(h, mask) for h in out.hidden_states], dim=1)
-
-    def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
-        rows = {k: v[:n] for k, v in batch.items()}
-        fixed_rows = {k: v[n:] for k, v in batch.items()} if self.fixed_reads_partner else rows
-        with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):
-            c = self.tuned(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"]).last_hidden_state[:, 0]
-        h = self.layer_views(fixed_rows)
-        loss = opt3(self.head(c), self.head(h), self.temperature)
-        return loss + self.reg_lambda * self.regulariser() if self.reg_lambda else loss
-
-    forward = loss
-
-    def regulariser(self) -> torch.Tensor:
-        """||theta_T - theta_F||^2 over every parameter of the two copies."""
-        diffs = torch._foreach_sub(list(self.tuned.parameters()), list(self.fixed.parameters()))
-        return torch.stack([(d.float() ** 2).sum() for d in diffs]).sum()
-
-    def head_parameters(self) -> list[nn.Parameter]:
-        return list(self.head.parameters())
-
-
-def opt3(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
-    """L_opt3 averaged over sentences i and layers k: c_i against its own view h_{i,k}, with
-    every view of every other sentence in the denominator.
-
-    c: (n, d) projected sentence vectors; h: (n, L, d) projected layer views.
-    """
-    n = h.shape[0]
-    c = F.normalize(c, dim=-1)
-    h = F.normalize(h, dim=-1)
-    sim = torch.einsum("id,mkd->imk", c, h) / temperature  # (n, n, L)
-    own = sim[torch.arange(n), torch.arange(n)]  # (n, L)
-    others = sim.masked_fill(torch.eye(n, dtype=torch.bool, device=c.device).unsqueeze(-1), float("-inf"))
-    negatives = torch.logsumexp(others.reshape(n, -1), dim=-1, keepdim=True)  # (n, 1)
-    return (torch.logaddexp(own, negatives) - own).mean()
-
-
-def jsd_mi_loss(global_: torch.Tensor, local: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Negative Jensen-Shannon MI estimate between each sentence and its own tokens
-    (positives) against the tokens of the other sentences in the batch (negatives).
-
-    global_: (n, d); local: (n, T, d); mask: (n, T) of real tokens.
-    """
-    n = global_.shape[0]
-    scores = torch.einsum("id,jtd->ijt", global_, local)  # discriminator: dot product
-    valid = mask.bool().unsqueeze(0).expand(n, -1, -1)
-    same = torch.eye(n, dtype=torch.bool, device=scores.device).unsqueeze(-1)
-    positive, negative = valid & same, valid & ~same
-    log2 = math.log(2.0)
-    e_pos = (log2 - F.softplus(-scores))[positive].mean()
-    e_neg = (F.softplus(-scores) + scores - log2)[negative].mean()
-    return e_neg - e_pos
-
-
-class ISBERT(nn.Module):
-    """IS-BERT (Zhang et al., 2020): CNN n-gram features over the encoder's tokens, the
-    sentence as their mean over time, trained to maximise JSD mutual information between
-    a sentence and its own n-grams. Reads view a only: a sentence's other view in the
-    same batch would be a near-duplicate negative."""
-
-    def __init__(self, encoder: nn.Module, dim: int, filters: int = 256, windows: tuple[int, ...] = (1, 3, 5)) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.cnn = modeling_isbert.ReLUCNN(dim, filters, windows)
-
-    def local_features(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        tokens = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
-        return self.cnn({"token_embeddings": tokens, "attention_mask": batch["attention_mask"]})["token_embeddings"]
-
-    def sentence_embedding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The sentence vector training shapes: the mean of the n-gram features over real tokens."""
-        return mean_pool(self.local_features(batch), batch["attention_mask"])
-
-    def loss(self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True) -> torch.Tensor:
-        mask = batch["attention_mask"][:n]
-        with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):
-            tokens = self.encoder(input_ids=batch["input_ids"][:n], attention_mask=mask).last_hidden_state
-        local = self.cnn({"token_embeddings": tokens, "attention_mask": mask})["token_embeddings"]
-        return jsd_mi_loss(mean_pool(local, mask), local, mask)
-
-    forward = loss
-
-    def head_parameters(self) -> list[nn.Parameter]:
-        return list(self.cnn.parameters())
-
-
 # -- the objective registry ------------------------------------------------------------
+
+
+class NoOptions(BaseModel):
+    """The options of an objective that has none: `train.options` must stay empty."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)
 class Objective:
-    """A training objective's registry entry; plugins add theirs in the entry-point group
-    `viewmill.objectives`. `build(config, sentence_model)` returns the training module (with
-    `loss(batch, n, train_encoder=...)` and `head_parameters()`) and the sentence-transformers
-    modules to export; viewmill's own objectives leave it None and the training loop builds them.
+    """A training objective's registry entry, everything viewmill knows of it; plugins add theirs
+    in the entry-point group `viewmill.objectives` and have every power a built-in has.
 
-    An entry with `negatives` or `needs_source` gets those rows after views a and b, and its
-    module's loss takes them as a keyword, `layout=` (a `viewmill.train.layout.BatchLayout`);
-    other entries get the plain [a..., b...] batch and no layout."""
+    `build(config, sentence_model)` returns the training module (with `loss(batch, n,
+    train_encoder=...)` and `head_parameters()`) and the sentence-transformers modules to export,
+    sharing its weights. An entry with `negatives` or `needs_source` gets those rows after views a
+    and b, and its module's loss takes them as a keyword, `layout=` (a
+    `viewmill.train.layout.BatchLayout`); other entries get the plain [a..., b...] batch and no
+    layout. `options` is a pydantic model (extra="forbid") of its own settings, read from
+    `train.options` and handed to `build` and the hooks as `config.objective_options`."""
 
-    build: Callable[[Any, Any], tuple[nn.Module, list[nn.Module]]] | None = None
+    build: Callable[[Any, Any], tuple[nn.Module, list[nn.Module]]]
     head: bool = True  # a head that warms up before the encoder trains
     temperature: float | None = None  # default temperature, where the loss has one
     accumulation: bool = False  # grad_accumulation > 1 keeps the loss unchanged
@@ -317,33 +189,57 @@ class Objective:
     needs_source: bool = False  # reads the source sentence (a `text_source` column, else view a)
     # (module, config, step) after every optimiser step that trained the encoder: BSL's EMA
     after_step: Callable[[nn.Module, Any, int], None] | None = None
+    options: type[BaseModel] = NoOptions
+    # the optimiser over the parameter groups (encoder; head, each with its lr)
+    optimizer: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = torch.optim.Adam
+    safe_head_lr: float | None = None  # preset safe's head_lr where the recipe sets none (else TrainConfig's)
+    cached_gradients: bool = False  # accumulates through re-embedding (GradCache), without fp16 loss scaling
+    on_export: Callable[[Path], None] | None = None  # adds files to the export folder (before its hashes)
+    title: str = ""  # the model card's name for it (a plugin without one: its name and description)
+    citation: str = ""  # BibTeX of the paper it follows, for the model card
+    remote_code: str = ""  # set: the export carries its own code; the card says this and loads it trusted
 
 
 def _objective_entry(value: object) -> Objective:
     if not isinstance(value, Objective):
         raise RegistryError(f"an objective entry must be a viewmill.train.objectives.Objective, not {value!r}")
+    options = value.options
+    if not (isinstance(options, type) and issubclass(options, BaseModel)):
+        raise RegistryError(f"an objective's options must be a pydantic model class, not {options!r}")
+    if options.model_config.get("extra") != "forbid":
+        raise RegistryError(
+            f"the options model {options.__name__} must forbid extra keys (model_config = ConfigDict(extra='forbid')), "
+            "or a misspelt option would be dropped without a word"
+        )
     return value
 
 
-BSL_OBJECTIVE = Objective(
-    head=True, accumulation=True, after_step=ema_step, description="BYOL-style bootstrapping (predictor + EMA)"
-)
-NTXENT = Objective(head=False, temperature=0.05, accumulation=True, negatives=True, description="NT-Xent over 2n views")
+def _contrastive(kind: str) -> Callable[[Any, Any], tuple[nn.Module, list[nn.Module]]]:
+    def build(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
+        module = Contrastive(sentence_model[0].auto_model, kind, config.temperature, config.hard_negative_weight)
+        return module, exported_modules(sentence_model)
+
+    return build
+
+
+NTXENT = Objective(
+    build=_contrastive("ntxent"), head=False, temperature=0.05, accumulation=True, negatives=True,
+    cached_gradients=True, description="NT-Xent over 2n views", title="NT-Xent contrastive",
+)  # fmt: skip
 INFONCE = Objective(
-    head=False, temperature=0.05, accumulation=True, negatives=True, description="in-batch InfoNCE (MNRL)"
-)
-SGOPT_OBJECTIVE = Objective(head=True, temperature=0.01, description="self-guided contrastive (frozen BERT_F)")
-ISBERT_OBJECTIVE = Objective(head=True, description="mutual information with the sentence's n-grams")
+    build=_contrastive("infonce"), head=False, temperature=0.05, accumulation=True, negatives=True,
+    cached_gradients=True, description="in-batch InfoNCE (MNRL)", title="InfoNCE (in-batch negatives)",
+)  # fmt: skip
 
 OBJECTIVES: Registry[Objective] = Registry(
     "viewmill.objectives",
     "objective",
     {
-        "bsl": "viewmill.train.objectives:BSL_OBJECTIVE",
+        "bsl": "viewmill.train.bsl:BSL_OBJECTIVE",
         "ntxent": "viewmill.train.objectives:NTXENT",
         "infonce": "viewmill.train.objectives:INFONCE",
-        "sgopt": "viewmill.train.objectives:SGOPT_OBJECTIVE",
-        "isbert": "viewmill.train.objectives:ISBERT_OBJECTIVE",
+        "sgopt": "viewmill.train.sgopt:SGOPT_OBJECTIVE",
+        "isbert": "viewmill.train.isbert:ISBERT_OBJECTIVE",
         "distill": "viewmill.train.distill:DISTILL_OBJECTIVE",
         "infonce-distill": "viewmill.train.distill:INFONCE_DISTILL_OBJECTIVE",
     },

@@ -11,20 +11,21 @@ from torch import nn
 from viewmill.train import distributed
 from viewmill.train.config import TrainConfig
 from viewmill.train.layout import BatchLayout
+from viewmill.train.objectives import OBJECTIVES
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def make_optimizer(config: TrainConfig, objective: nn.Module) -> torch.optim.Optimizer:
+    """The objective entry's optimiser over two parameter groups: the encoder at `encoder_lr`
+    and, where the module has one, its head at `head_lr`."""
     head = objective.head_parameters()
     head_ids = {id(p) for p in head}
     encoder = [p for p in objective.parameters() if p.requires_grad and id(p) not in head_ids]
     groups = [{"params": encoder, "lr": config.encoder_lr, "name": "encoder"}]
     if head:
         groups.append({"params": head, "lr": config.head_lr, "name": "head"})
-    if config.objective == "sgopt":  # the paper's AdamW with beta2 = 0.9
-        return torch.optim.AdamW(groups, betas=(0.9, 0.9), weight_decay=0.0)
-    return torch.optim.Adam(groups)
+    return OBJECTIVES.get(config.objective).optimizer(groups)
 
 
 def train_step(

@@ -18,6 +18,8 @@ log = logging.getLogger("viewmill.cpu")
 # CTranslate2's AVX512 kernels need these (its own check, minus the vendor test it adds).
 AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"})
 CT2_ISA_ENV = "CT2_FORCE_CPU_ISA"
+# Native bf16 arithmetic (AVX-512 BF16 dot products, AMX tiles): where bf16 autocast can pay on CPU.
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 def cpu_cores() -> int:
@@ -45,6 +47,11 @@ def flags_label(flags: frozenset[str] | None = None) -> str:
     wanted = ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
               "amx_int8", "neon", "asimd")  # fmt: skip
     return " ".join(flag for flag in wanted if flag in flags) or "no SIMD flags read"
+
+
+def cpu_has_bf16(flags: frozenset[str] | None = None) -> bool:
+    """Whether the CPU computes in bf16 natively (avx512_bf16 or amx_bf16), whatever its vendor."""
+    return bool((cpu_flags() if flags is None else flags) & BF16_FLAGS)
 
 
 @dataclass(frozen=True)

@@ -84,8 +84,9 @@ def _run(
     snapshot: str | None,
     evaluate: bool,
 ) -> None:
+    from viewmill.augment.readers import CorpusError
     from viewmill.pipelines.cli.report import render_summary
-    from viewmill.pipelines.context import RunContext
+    from viewmill.pipelines.context import RunContext, recipe_parameter
     from viewmill.pipelines.recipe import RecipeError, load_recipe
     from viewmill.pipelines.run import run_recipe
     from viewmill.pipelines.stages.pair import existing_snapshot
@@ -95,7 +96,7 @@ def _run(
     state = StatePaths.resolve(state_dir)
     try:
         _check_dask(dask, prefect)
-        parsed = load_recipe(recipe, overrides)
+        parsed = load_recipe(recipe, overrides)  # the run's one parse: a flow gets this recipe, not the file
         if not evaluate and parsed.train is None:
             raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
         ctx = RunContext(parsed, state, settings)
@@ -105,18 +106,17 @@ def _run(
             existing_snapshot(ctx, snapshot)
     except user_errors() as exc:
         fail(exc)
-    try:  # from here on a failure is a failed run (recorded in `runs`), not bad input
+    err_console.print(f"run {ctx.run_id}: recipe {recipe}", highlight=False)
+    try:  # from here on a failure is a failed run (recorded in `runs`), bar the corpus errors ingest finds
+        # A flow rebuilds this context from the recipe, run id and settings; the overrides are in the recipe.
+        given = {"preflight_done": True, "settings": settings, "recipe": recipe_parameter(parsed), "run_id": ctx.run_id}
         if prefect and evaluate:
-            recipe_flow = _flow("recipe_flow", state)
-            summary = recipe_flow(str(recipe), str(state.root), preflight_done=True, overrides=overrides or [],
-                                  settings=settings)  # fmt: skip
+            summary = _flow("recipe_flow", state)(str(recipe), str(state.root), **given)
         elif prefect:
-            train_flow = _flow("train_flow", state)
-            summary = train_flow(str(recipe), str(state.root), snapshot=snapshot, preflight_done=True,
-                                 overrides=overrides or [], settings=settings)  # fmt: skip
+            summary = _flow("train_flow", state)(str(recipe), str(state.root), snapshot=snapshot, **given)
         else:
             summary = run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
-    except PrefectServerError as exc:
+    except (PrefectServerError, CorpusError) as exc:  # a corpus error ingest met before writing: bad input
         fail(exc)
     except Exception as exc:
         if os.environ.get(DEBUG_ENV):
@@ -135,31 +135,29 @@ def sweep(
 ) -> None:
     """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
     the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
+    from viewmill.augment.readers import CorpusError
     from viewmill.pipelines.context import RunContext
-    from viewmill.pipelines.recipe import RecipeError, load_recipe
     from viewmill.pipelines.stages.preflight import preflight
-    from viewmill.pipelines.sweep import run_sweep
+    from viewmill.pipelines.sweep import load_sweep, run_sweep
 
     settings = load_settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
     try:
         _check_dask(dask, prefect)
-        parsed = load_recipe(recipe, overrides)
-        if parsed.sweep is None:
-            raise RecipeError(f"recipe {recipe} has no sweep section: add sweep.grid or sweep.configs")
-        preflight(RunContext(parsed, state, settings))
+        recipes = load_sweep(recipe, overrides)  # every configuration valid before any runs; the file read once
+        preflight(RunContext(recipes.base, state, settings))
     except user_errors() as exc:
         fail(exc)
     try:  # from here on a failure is a failed run, not bad input
         if prefect:
             sweep_flow = _flow("sweep_flow", state)
-            result = sweep_flow(str(recipe), str(state.root), overrides=overrides or [], settings=settings)
+            result = sweep_flow(str(recipe), str(state.root), settings=settings, recipes=recipes.as_parameter())
             markdown = Path(result["markdown_path"]).read_text(encoding="utf-8")
             paths = (result["markdown_path"], result["plot_path"])
         else:
-            report = run_sweep(recipe, state, overrides, settings=settings)
+            report = run_sweep(recipes, state, settings=settings)
             markdown, paths = report.markdown, (report.markdown_path, report.plot_path)
-    except PrefectServerError as exc:
+    except (PrefectServerError, CorpusError) as exc:
         fail(exc)
     except Exception as exc:
         if os.environ.get(DEBUG_ENV):
@@ -182,7 +180,7 @@ def serve(
     if catalog:  # the flow runs served here read VIEWMILL_* once each, like a worker's runs
         os.environ[CATALOG_ENV] = catalog
     state = StatePaths.resolve(state_dir)
-    load_recipe(recipe)
+    name = load_recipe(recipe).name  # a bad recipe fails here, before any server is asked
     from viewmill.pipelines.orchestration.prefect_env import connect_prefect
 
     # schedules and triggers need the user's server (PREFECT_API_URL or the profile's)
@@ -192,7 +190,7 @@ def serve(
 
     deploy.ensure_gpu_limit()
     served = deploy.recipe_deployments(recipe, state.root, cron=cron)  # named apart from `viewmill deploy`'s
-    warning = deploy.rival_warning(load_recipe(recipe).name, served=True)
+    warning = deploy.rival_warning(name, served=True)
     if warning:
         err_console.print(warning, highlight=False)
     prefect_serve(*served)

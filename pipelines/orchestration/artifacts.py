@@ -115,7 +115,8 @@ def _selected(step: int | None) -> str:
 def describe_stage(result: Any) -> str | None:
     """One line that says what a stage did, for the run's log (None for results it does not know)."""
     if isinstance(result, PreflightResult):
-        return f"preflight: {result.sentences} sentences to ingest; encoder {result.encoder or '(no training)'}"
+        sample = f"{result.sampled} records from the start of {result.sources} corpus source(s)"
+        return f"preflight: {sample} checked; encoder {result.encoder or '(no training)'}"
     if isinstance(result, IngestReport):
         s = result.stats
         return (

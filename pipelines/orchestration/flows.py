@@ -1,5 +1,10 @@
 """Prefect flows: thin wrappers that run the plain stages as tasks.
 
+A flow called by the command line gets the recipe it validated (`recipe`, JSON from
+`recipe_parameter`) and its run id (`run_id`): one parse and one run id per run, the recipe
+file not read again. A deployment's run has no such caller and passes only `recipe_path`,
+parsed once in the flow.
+
 Import this only after `configure_prefect` has set Prefect's environment.
 """
 
@@ -19,7 +24,7 @@ from viewmill.augment.cache import CacheStats
 from viewmill.augment.views import ShardReport
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.orchestration import artifacts
-from viewmill.pipelines.recipe import RecipeError, load_recipe
+from viewmill.pipelines.recipe import Recipe, RecipeError, load_recipe
 from viewmill.pipelines.run import run_recipe
 from viewmill.pipelines.stages.augment import (
     ShardJob,
@@ -34,6 +39,7 @@ from viewmill.pipelines.stages.pair import pair_stage
 from viewmill.pipelines.stages.preflight import preflight
 from viewmill.pipelines.stages.train import train_stage
 from viewmill.pipelines.state import StatePaths
+from viewmill.pipelines.sweep import SweepRecipes, run_sweep
 from viewmill.storage.settings import Settings
 
 # Stages cache through the lake themselves (translations, views, models, evals), so
@@ -159,20 +165,22 @@ def _logged_stage(stage: Any, *args: Any) -> Any:
     return result
 
 
-def _run_as_tasks(
-    flow_name: str,
+def flow_context(
     recipe_path: str,
     state_dir: str,
     overrides: list[str] | None,
     settings: Settings | None,
-    **options: Any,
-):
-    # A deployment's run passes no settings: its worker's VIEWMILL_* environment gives them.
-    ctx = RunContext(load_recipe(recipe_path, overrides), StatePaths.resolve(state_dir), settings or Settings())
+    recipe: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> RunContext:
+    """The run's context: the caller's recipe and run id when it gave them, else the recipe
+    file parsed here (a deployment's run) and a new run id."""
+    parsed = load_recipe(recipe_path, overrides) if recipe is None else Recipe.model_validate(recipe)
+    ctx = RunContext.of(parsed, state_dir, settings, run_id)
     get_run_logger().info(
         f"run {ctx.run_id}: recipe {recipe_path}, state {ctx.state.root}, working directory {Path.cwd()}"
     )
-    return run_as_tasks(ctx, flow_name, **options)
+    return ctx
 
 
 def publish(ctx: RunContext, summary: dict[str, Any]) -> None:
@@ -212,9 +220,14 @@ def recipe_flow(
     preflight_done: bool = False,
     overrides: list[str] | None = None,
     settings: Settings | None = None,
+    recipe: dict[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Run a recipe end to end: preflight, ingest, augment, pair, train, evaluate."""
-    return _run_as_tasks("viewmill-recipe", recipe_path, state_dir, overrides, settings, preflight_done=preflight_done)
+    """Run a recipe end to end: preflight, ingest, augment, pair, train, evaluate. With `recipe`
+    (the caller's validated recipe, overrides applied: `recipe_parameter`) the file is not read;
+    with `run_id` the run keeps the caller's id."""
+    ctx = flow_context(recipe_path, state_dir, overrides, settings, recipe, run_id)
+    return run_as_tasks(ctx, "viewmill-recipe", preflight_done=preflight_done)
 
 
 @flow(name="viewmill-train", task_runner=task_runner())
@@ -225,13 +238,14 @@ def train_flow(
     preflight_done: bool = False,
     overrides: list[str] | None = None,
     settings: Settings | None = None,
+    recipe: dict[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """Train a recipe's encoder: on an existing pairs snapshot, or on the pairs the recipe
-    makes (ingest, augment and pair reuse what the lake already has). No evaluation."""
-    return _run_as_tasks(
-        "viewmill-train", recipe_path, state_dir, overrides, settings,
-        preflight_done=preflight_done, snapshot=snapshot, evaluate=False,
-    )  # fmt: skip
+    makes (ingest, augment and pair reuse what the lake already has). No evaluation.
+    `recipe` and `run_id` as for recipe_flow."""
+    ctx = flow_context(recipe_path, state_dir, overrides, settings, recipe, run_id)
+    return run_as_tasks(ctx, "viewmill-train", preflight_done=preflight_done, snapshot=snapshot, evaluate=False)
 
 
 @flow(name="viewmill-augment", task_runner=task_runner())
@@ -240,21 +254,27 @@ def augment_flow(
 ) -> dict[str, Any]:
     """Ingest, augment and pair (no training): the nightly job. A new pairs snapshot emits
     `viewmill.snapshot.created`, which the training deployment's trigger listens for."""
-    return _run_as_tasks("viewmill-augment", recipe_path, state_dir, overrides, settings, train=False, evaluate=False)
+    ctx = flow_context(recipe_path, state_dir, overrides, settings)
+    return run_as_tasks(ctx, "viewmill-augment", train=False, evaluate=False)
 
 
 @flow(name="viewmill-sweep", task_runner=task_runner())
 def sweep_flow(
-    recipe_path: str, state_dir: str, overrides: list[str] | None = None, settings: Settings | None = None
+    recipe_path: str,
+    state_dir: str,
+    overrides: list[str] | None = None,
+    settings: Settings | None = None,
+    recipes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Every configuration of the recipe's sweep over the same pairs, each stage a task; ends
-    with the comparison table (an artifact, and Markdown and PNG under the state's reports)."""
+    with the comparison table (an artifact, and Markdown and PNG under the state's reports).
+    With `recipes` (the caller's `load_sweep`, as `SweepRecipes.as_parameter`) the recipe file is not read."""
     from prefect.artifacts import create_markdown_artifact
-    from viewmill.pipelines.sweep import run_sweep
 
     state = StatePaths.resolve(state_dir)
     run = lambda ctx: run_as_tasks(ctx, "viewmill-sweep")  # noqa: E731
-    report = run_sweep(recipe_path, state, overrides, run=run, settings=settings or Settings())
+    given = recipe_path if recipes is None else SweepRecipes.from_parameter(recipes)
+    report = run_sweep(given, state, overrides, run=run, settings=settings or Settings())
     key = report.sweep.lower().replace("_", "-").replace(".", "-")
     create_markdown_artifact(report.markdown, key=f"{key}-sweep", description=f"sweep {report.sweep_run}")
     return report.as_dict()

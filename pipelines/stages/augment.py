@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from viewmill.augment.augmenters import AugmenterSpec, make_producer
+from viewmill.augment.augmenters import AugmenterSpec
 from viewmill.augment.meaning import MeaningJudge, MeaningSpec
 from viewmill.augment.models import load_once
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.views import AugmentReport, Shard, ShardReport, config_hash, make_shard_views, summarise
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.progress import progress_bar
+from viewmill.pipelines.stages.producers import lent_producer
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.maintenance import tidy_after_run
 from viewmill.storage.settings import Settings
@@ -89,12 +90,9 @@ def augment_plan(ctx: RunContext) -> AugmentPlan:
     judge = meaning_judge(recipe.filters.meaning)
     with ctx.lake(read_only=True) as lake:
         configs: dict[str, str] = {}
-        for spec in recipe.augmenters:
-            producer = make_producer(spec, lake)
-            try:
+        for spec in recipe.augmenters:  # producers kept for the shards this process runs
+            with lent_producer(spec, lake, ctx.run_id) as producer:
                 configs[spec.name] = config_hash(spec, recipe.filters, producer, _after(judge, list(configs.values())))
-            finally:
-                producer.close()
         ids = lake.arrow(
             "SELECT sentence_id FROM sentences WHERE corpus = ? ORDER BY sentence_id", [recipe.corpus_name]
         )["sentence_id"].to_pylist()
@@ -128,10 +126,10 @@ def augment_shard(
     with (settings or Settings()).open_lake(lake_root) as lake:
         for current in (*earlier, spec):
             label = f"augment {current.name} shard {part.index + 1}/{part.count}"
-            with progress_bar(label) as advance:
+            with progress_bar(label) as advance, lent_producer(current, lake, run_id) as producer:
                 report = make_shard_views(
                     lake, corpus, current, filters, run_id=run_id, shard=part, chunk_size=chunk_sentences,
-                    on_progress=advance, judge=_after(judge, configs),
+                    on_progress=advance, judge=_after(judge, configs), producer=producer,
                 )  # fmt: skip
             configs.append(report.config_hash)
     if report.config_hash != config_hash:

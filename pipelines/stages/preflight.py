@@ -1,39 +1,51 @@
-"""The run's input checks, before anything is written."""
+"""The run's input checks, before anything is written.
+
+The corpus is checked on a sample, not read whole: ingest reads it once, and reports what
+only a full read finds (a bad record past the sample, a corpus that keeps no sentence) with the
+same file, row and fix, before it writes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
 
 from viewmill.augment.augmenters import make_producer
+from viewmill.augment.readers import READERS, CorpusError, Malformed, require_file
 from viewmill.pipelines.context import RunContext
+from viewmill.pipelines.recipe import Recipe
 from viewmill.storage.catalog import check_not_orphaned
 from viewmill.train import distributed
 from viewmill.train.encoder import EncoderError, resolve_encoder
 from viewmill.train.evaluation import suite
 from viewmill.train.mining import MinedNegatives
 
+# Records read from the start of each corpus source (readers stream: a text file is read a
+# block at a time, Parquet a batch at a time).
+SAMPLE_RECORDS = 10_000
+
 
 @dataclass(frozen=True)
 class PreflightResult:
-    sentences: int  # the corpus's sentences that ingest keeps
+    sources: int  # corpus sources checked
+    sampled: int  # records read from their starts
     encoder: str | None  # the resolved base model, when the recipe trains
 
 
 def preflight(ctx: RunContext) -> PreflightResult:
     """Check everything that can fail on bad input before anything is written.
 
-    Reads the whole corpus once: every source is first checked to be a regular file (a
-    folder, device or named pipe is named as such) that is not UTF-16, then encoding and
-    emptiness. Checks every engine direction, the evaluation files and every encoder the run
-    will load (training's, the meaning filter's, the miner's: resolved, not loaded). The
-    recipe (its name too) was validated when it was loaded. Nothing here touches the lake.
+    The corpus on a sample (`check_corpus_sample`). Builds every augmenter's producer (engines,
+    language directions, WordNet; no weights) and checks the evaluation files and every encoder
+    the run will load (training's, the meaning filter's, the miner's: resolved, not loaded).
+    The recipe (its name too) was validated when it was loaded. Nothing here touches the lake.
     """
     recipe = ctx.recipe
     settings = ctx.settings  # a data folder without its catalog is never replaced by a new lake
     check_not_orphaned(ctx.state.lake, catalog=settings.catalog_spec(), data_path=settings.data_path)
-    stats = ctx.corpus().stats
+    sampled = check_corpus_sample(recipe)
     for spec in recipe.augmenters:
-        make_producer(spec).close()  # engines, language directions, WordNet
+        make_producer(spec).close()  # without the lake: a data-derived producer's identity needs ingest's rows
     if recipe.filters.meaning is not None:
         check_encoder("filters.meaning.encoder", recipe.filters.meaning.encoder)
     if isinstance(recipe.pair.negatives, MinedNegatives):
@@ -43,7 +55,36 @@ def preflight(ctx: RunContext) -> PreflightResult:
     if recipe.train is not None:
         distributed.check_device(recipe.train.device)
     encoder = resolve_encoder(recipe.train.encoder) if recipe.train is not None else None
-    return PreflightResult(sentences=stats.kept, encoder=encoder)
+    return PreflightResult(sources=len(recipe.corpus.files), sampled=sampled, encoder=encoder)
+
+
+def check_corpus_sample(recipe: Recipe, records: int = SAMPLE_RECORDS) -> int:
+    """Every source a regular file, where the format reads files (a folder, device or named pipe
+    is named as such), then the first `records` records of each, read by the format's reader as
+    ingest reads them: its own checks (UTF-16, a Parquet schema, a CSV header, the text column)
+    and, with `corpus.on_error: stop`, a malformed record ingest would stop at, in ingest's words.
+    Returns the records read."""
+    spec = recipe.corpus
+    reader = READERS[spec.format]
+    if reader.reads_files:  # before any source is opened: a named pipe would block
+        for path in spec.files:
+            require_file(Path(path))
+    # With a limit, ingest stops reading once the corpus is full, unless it collects NLI links.
+    reads_all = spec.limit is None or recipe.wants_nli_links
+    read = good = 0
+    for path in spec.files:
+        for record in islice(reader(path, spec.read_options()), records):
+            read += 1
+            if not isinstance(record, Malformed):
+                good += 1
+            elif spec.on_error == "stop" and (reads_all or good < spec.limit):
+                raise CorpusError(stopped_at(record))
+    return read
+
+
+def stopped_at(record: Malformed) -> str:
+    """Ingest's message for the malformed record it stops at."""
+    return f"{record.describe()} (or set corpus.on_error: skip to skip and count such records)"
 
 
 def check_encoder(key: str, ref: str) -> None:

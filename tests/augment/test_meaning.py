@@ -69,9 +69,8 @@ class TableProducer:
     def __init__(self, spec: Table) -> None:
         self.spec = spec
 
-    def produce(self, lake, chunk, run_id, stats):
-        empty = {"engines": [], "models": [], "decoding": None, "cache_keys": []}
-        return [ProducedView(self.spec.views[text], empty) for _, text in chunk]
+    def produce(self, chunk, ctx):
+        return [ProducedView(self.spec.views[text]) for _, text in chunk]
 
     def close(self) -> None:
         pass

@@ -147,7 +147,7 @@ def _exported(tmp_path: Path, tiny_model: Path) -> Path:
     """A viewmill export (two BSL steps from the tiny model) whose manifest names model-a."""
     out = tmp_path / "model-a"
     card = {"recipe": "t", "snapshot": "t@1", "base_model": str(tiny_model), "model_id": "model-a", "path": str(out)}
-    config = TrainConfig(steps=2, batch_size=8, head_warmup_steps=1, predictor_k=2, encoder_lr=1e-2)
+    config = TrainConfig(steps=2, batch_size=8, head_warmup_steps=1, options={"predictor_k": 2}, encoder_lr=1e-2)
     train_model([(s, s.lower()) for s in SENTENCES], str(tiny_model), config, out, card=card)
     return out
 

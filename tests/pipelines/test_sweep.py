@@ -73,10 +73,10 @@ def test_sweep_runs_every_configuration_records_them_and_selects_on_the_dev_task
 def test_a_sweep_with_a_broken_configuration_fails_before_anything_runs(tmp_path, tiny_recipe):
     recipe = with_sweep(tiny_recipe, {"select_on": "sts-fixture", "configs": [
         {"label": "ok", "set": {"train.encoder_lr": 1.0e-4}},
-        {"label": "bad", "set": {"train.momentum": 2.0}},
+        {"label": "bad", "set": {"train.options.momentum": 2.0}},
     ]})  # fmt: skip
     state = StatePaths(tmp_path / "state")
-    with pytest.raises(RecipeError, match="train.momentum"):
+    with pytest.raises(RecipeError, match=r"train\.options\.momentum: Input should be less than or equal to 1"):
         run_sweep(recipe, state)
     assert not (state.root / "lake").exists()
 

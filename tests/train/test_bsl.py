@@ -5,8 +5,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from viewmill.train.batches import batches
-from viewmill.train.bsl import BSL, Predictor, mean_pool
+from viewmill.train.bsl import BSL, Predictor
 from viewmill.train.optimisation import train_step
+from viewmill.train.pooling import mean_pool
 
 
 class TinyEncoder(nn.Module):

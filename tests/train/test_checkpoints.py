@@ -14,7 +14,9 @@ from viewmill.train.loop import train_model
 from tests.conftest import SENTENCES
 
 PAIRS = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
-SETTINGS = dict(steps=6, head_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2, checkpoint_every=2)
+SETTINGS = dict(
+    steps=6, head_warmup_steps=1, batch_size=8, options={"predictor_k": 2}, encoder_lr=1e-2, checkpoint_every=2
+)
 
 
 def _embed(path, texts=SENTENCES[:4]):

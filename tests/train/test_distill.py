@@ -8,12 +8,12 @@ import pyarrow as pa
 import pytest
 import torch
 from viewmill.train.batches import PairTexts
-from viewmill.train.bsl import mean_pool
 from viewmill.train.config import TrainConfig
 from viewmill.train.distill import AnchoredContrastive, Distill
 from viewmill.train.layout import BatchLayout
 from viewmill.train.loop import train_model
 from viewmill.train.optimisation import make_optimizer, train_step
+from viewmill.train.pooling import mean_pool
 
 from tests.conftest import SENTENCES
 from tests.train.test_bsl import TinyEncoder
@@ -182,7 +182,8 @@ def test_infonce_distill_is_both_directions_of_infonce_plus_the_weighted_source_
 def test_infonce_distill_trains_exports_one_encoder_and_keeps_its_settings(tmp_path, tiny_model):
     from safetensors import safe_open
 
-    config = TrainConfig(objective="infonce-distill", steps=3, batch_size=8, encoder_lr=1e-2, distill_weight=5.0)
+    config = TrainConfig(objective="infonce-distill", steps=3, batch_size=8, encoder_lr=1e-2,
+                         options={"distill_weight": 5.0})  # fmt: skip
     assert config.head_warmup_steps == 0 and config.temperature == 0.05
     out = tmp_path / "model"
     train_model(_translations(True), str(tiny_model), config, out, card={"snapshot": "s"})
@@ -190,7 +191,9 @@ def test_infonce_distill_trains_exports_one_encoder_and_keeps_its_settings(tmp_p
         assert not any("teacher" in name for name in exported.keys())  # noqa: SIM118 (safetensors has no __iter__)
     readme = (out / "README.md").read_text()
     assert "(objective `infonce-distill`)" in readme and "## Citation" in readme
-    with pytest.raises(ValueError, match="distill_weight weights infonce-distill"):
-        TrainConfig(objective="infonce", distill_weight=5.0)
+    with pytest.raises(ValueError, match="distill_weight is a setting of objective infonce-distill, not of infonce"):
+        TrainConfig(objective="infonce", distill_weight=5.0)  # the flat spelling of before options
+    with pytest.raises(ValueError, match="'distill_weight': not an option of objective infonce \\(it has none\\)"):
+        TrainConfig(objective="infonce", options={"distill_weight": 5.0})
     with pytest.raises(ValueError, match="grad_accumulation"):
         TrainConfig(objective="infonce-distill", grad_accumulation=2)

@@ -35,11 +35,11 @@ MIXED = [
     SENTENCES[7],
 ]
 OBJECTIVES = {
-    "bsl": {"head_warmup_steps": 1, "predictor_k": 2},
+    "bsl": {"head_warmup_steps": 1, "options": {"predictor_k": 2}},
     "ntxent": {},
     "infonce": {},
-    "sgopt": {"head_warmup_steps": 1, "sgopt_head_width": 32},
-    "isbert": {"head_warmup_steps": 1, "isbert_filters": 8},
+    "sgopt": {"head_warmup_steps": 1, "options": {"head_width": 32}},
+    "isbert": {"head_warmup_steps": 1, "options": {"filters": 8}},
 }
 
 
@@ -222,7 +222,8 @@ def _with_dev(**settings) -> TrainConfig:
     from viewmill.train.evaluation.sts import StsTask
 
     dev = StsTask(name="stsb-dev", format="stsb", path=Path("data/stsbenchmark/sts-dev.csv"))
-    return TrainSpec(steps=4, batch_size=8, head_warmup_steps=1, predictor_k=2, encoder_lr=1e-2, eval_every=2,
+    return TrainSpec(steps=4, batch_size=8, head_warmup_steps=1, options={"predictor_k": 2}, encoder_lr=1e-2,
+                     eval_every=2,
                      dev=dev, **settings)  # fmt: skip
 
 

@@ -133,7 +133,7 @@ def test_train_model_on_a_full_disk_keeps_its_checkpoints_and_resumes_to_the_sam
     from safetensors.torch import load_file
 
     disk, fill, filler = full_disk
-    config = TrainConfig(steps=4, batch_size=8, head_warmup_steps=1, predictor_k=2, encoder_lr=1e-2,
+    config = TrainConfig(steps=4, batch_size=8, head_warmup_steps=1, options={"predictor_k": 2}, encoder_lr=1e-2,
                          checkpoint_every=2)  # fmt: skip
     pairs = [(s, s.lower()) for s in SENTENCES]
     out = disk / "model"

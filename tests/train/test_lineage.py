@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
-from viewmill.pipelines.state import StatePaths
 from viewmill.pipelines.stages.train import train_stage
+from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 from viewmill.train.config import TrainConfig
 from viewmill.train.export import (
@@ -105,7 +105,7 @@ def test_a_second_run_on_a_model_in_training_is_refused(snapshot_state):
 
 
 def test_train_model_refuses_checkpoints_another_run_holds(tmp_path, tiny_model):
-    config = TrainConfig(steps=2, batch_size=8, head_warmup_steps=1, predictor_k=2)
+    config = TrainConfig(steps=2, batch_size=8, head_warmup_steps=1, options={"predictor_k": 2})
     pairs = [(s, s.lower()) for s in SENTENCES]
     out = tmp_path / "model"
     held = model_lock(out.with_name("model.checkpoint"), "checkpoints of")

@@ -14,7 +14,7 @@ def test_training_changes_the_encoder_and_exports_a_loadable_model(tmp_path, tin
     from sentence_transformers import SentenceTransformer
 
     pairs = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
-    config = TrainConfig(steps=4, predictor_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2)
+    config = TrainConfig(steps=4, predictor_warmup_steps=1, batch_size=8, options={"predictor_k": 2}, encoder_lr=1e-2)
     before = SentenceTransformer(str(tiny_model)).encode(SENTENCES[:3])
     out = tmp_path / "model"
     report = train_model(pairs, str(tiny_model), config, out, card={"recipe": "t", "snapshot": "s", "base_model": "b"})
@@ -32,7 +32,7 @@ def test_training_is_reproducible_with_a_fixed_seed(tmp_path, tiny_model):
     from sentence_transformers import SentenceTransformer
 
     pairs = [(s, s.lower()) for s in SENTENCES]
-    config = TrainConfig(steps=3, predictor_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2)
+    config = TrainConfig(steps=3, predictor_warmup_steps=1, batch_size=8, options={"predictor_k": 2}, encoder_lr=1e-2)
     vectors = []
     for name in ("a", "b"):
         train_model(pairs, str(tiny_model), config, tmp_path / name, card={})
@@ -50,8 +50,8 @@ def test_warmup_longer_than_training_is_rejected():
     [
         ("ntxent", {}, "mean"),
         ("infonce", {}, "mean"),
-        ("sgopt", {"head_warmup_steps": 1, "sgopt_head_width": 32, "sgopt_partner_view": True}, "cls"),
-        ("isbert", {"head_warmup_steps": 1, "isbert_filters": 8}, "mean"),
+        ("sgopt", {"head_warmup_steps": 1, "options": {"head_width": 32, "partner_view": True}}, "cls"),
+        ("isbert", {"head_warmup_steps": 1, "options": {"filters": 8}}, "mean"),
     ],
 )
 def test_every_objective_trains_and_exports_a_model_that_loads(tmp_path, tiny_model, objective, extra, pooling):
@@ -80,8 +80,8 @@ def test_headless_objectives_refuse_a_warmup_and_get_their_defaults():
     with pytest.raises(ValidationError, match="ntxent has no head to warm up"):
         TrainConfig(objective="ntxent", head_warmup_steps=5)
     with pytest.raises(ValidationError, match="odd sizes"):
-        TrainConfig(objective="isbert", isbert_windows=(2, 3))
-    with pytest.raises(ValidationError, match="sgopt's in-batch negatives would change"):
+        TrainConfig(objective="isbert", options={"windows": (2, 3)})
+    with pytest.raises(ValidationError, match="sgopt's loss would change with it"):
         TrainConfig(objective="sgopt", grad_accumulation=2)
     with pytest.raises(ValidationError, match="use precision bf16"):
         TrainConfig(objective="ntxent", grad_accumulation=2, precision="fp16")
@@ -94,7 +94,7 @@ def test_arrow_pairs_train_exactly_like_a_list_and_the_predictor_is_not_exported
 
     pairs = [(s, s.lower()) for s in SENTENCES]
     table = pa.table({"text_a": [a for a, _ in pairs], "text_b": [b for _, b in pairs]})
-    config = TrainConfig(steps=3, head_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2)
+    config = TrainConfig(steps=3, head_warmup_steps=1, batch_size=8, options={"predictor_k": 2}, encoder_lr=1e-2)
     train_model(pairs, str(tiny_model), config, tmp_path / "list", card={})
     train_model(table, str(tiny_model), config, tmp_path / "arrow", card={})
     a, b = (SentenceTransformer(str(tmp_path / n)).encode(SENTENCES[:3]) for n in ("list", "arrow"))
@@ -107,10 +107,10 @@ def test_arrow_pairs_train_exactly_like_a_list_and_the_predictor_is_not_exported
 def test_momentum_schedules():
     from viewmill.train.bsl import target_momentum
 
-    constant = TrainConfig(steps=100, momentum=0.99)
-    assert {target_momentum(constant, s) for s in (1, 50, 100)} == {0.99}
-    cosine = TrainConfig(steps=101, momentum=0.99, momentum_schedule="cosine")
-    values = [target_momentum(cosine, s) for s in range(1, 102)]
+    constant = TrainConfig(steps=100, options={"momentum": 0.99}).objective_options
+    assert {target_momentum(constant, 100, s) for s in (1, 50, 100)} == {0.99}
+    cosine = TrainConfig(steps=101, options={"momentum": 0.99, "momentum_schedule": "cosine"}).objective_options
+    values = [target_momentum(cosine, 101, s) for s in range(1, 102)]
     assert values[0] == pytest.approx(0.99) and values[-1] == pytest.approx(1.0)
     assert values[50] == pytest.approx(0.995), "halfway between m and 1 at the middle step"
     from itertools import pairwise

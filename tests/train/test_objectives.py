@@ -4,7 +4,9 @@ import math
 
 import pytest
 import torch
-from viewmill.train.objectives import ISBERT, SGOPT, Contrastive, info_nce, jsd_mi_loss, nt_xent, opt3
+from viewmill.train.isbert import ISBERT, jsd_mi_loss
+from viewmill.train.objectives import Contrastive, info_nce, nt_xent
+from viewmill.train.sgopt import SGOPT, opt3
 
 from tests.train.test_bsl import TinyEncoder, _batch
 

@@ -214,7 +214,7 @@ def test_a_resumed_run_keeps_the_per_task_records_and_the_start_they_are_judged_
     from tests.conftest import SENTENCES
 
     pairs = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
-    config = TrainConfig(steps=6, head_warmup_steps=1, batch_size=8, predictor_k=2, encoder_lr=1e-2,
+    config = TrainConfig(steps=6, head_warmup_steps=1, batch_size=8, options={"predictor_k": 2}, encoder_lr=1e-2,
                          checkpoint_every=2, eval_every=2, selection={"rule": "mean-no-regression"})  # fmt: skip
     weights = {"a": 1.0, "b": 1.0}
     before = iter([{"a": 50.0, "b": 50.0}, {"a": 52.0, "b": 49.0}])  # step 2: b fell, rejected

@@ -6,9 +6,10 @@ import pytest
 import torch
 from viewmill.train.assembly import prepare
 from viewmill.train.batches import tokenize
-from viewmill.train.config import SGOPT_HEAD_LR, TrainConfig
+from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import resolve_encoder
 from viewmill.train.optimisation import make_optimizer, train_step
+from viewmill.train.sgopt import SGOPT_HEAD_LR
 
 from tests.conftest import SENTENCES
 
@@ -32,7 +33,7 @@ def _losses(base: str, **settings) -> tuple[list[float], list[float], torch.Tens
     for _ in range(3):
         losses.append(train_step(model, optimizer, batch, len(pairs), train_encoder=True))
         with torch.no_grad():
-            regs.append(config.sgopt_lambda * float(model.regulariser()))
+            regs.append(config.objective_options.reg_lambda * float(model.regulariser()))
     pairs_of_weights = zip(model.tuned.parameters(), model.fixed.parameters(), strict=True)
     with torch.no_grad():
         diff = sum(((t - f) ** 2).sum() for t, f in pairs_of_weights)
