@@ -130,7 +130,6 @@ train:
   steps: 4
   head_warmup_steps: 1
   batch_size: 8
-  options: {{predictor_k: 2}}
   encoder_lr: 1.0e-3
 evaluate:
   tasks: [{{name: sts-fixture, format: stsb, path: {sts.name}}}]
