@@ -3,8 +3,8 @@
 
 Corpora are generated (deterministic): words drawn from the demo corpus's SNLI sentences with
 their natural frequencies, BookCorpus-like lengths (median 13 words), 10% duplicates of an
-earlier sentence, 4% too short and 1% too long, 5% with curly quotes or accented words, 1%
-in NFD, with a zero-width space or doubled spaces (which normalisation must fold). `text` has
+earlier sentence, 4% too short and 1% too long, about a quarter with a curly quote or an
+accented word, 1% in NFD, with a zero-width space or doubled spaces (which normalisation must fold). `text` has
 one sentence a line, `parquet` one a row, `book` paragraphs of `--paragraph` sentences (a
 third of them wrapped over two lines) separated by blank lines.
 
@@ -14,7 +14,8 @@ with DuckDB's `read_csv`, paragraphs and sentences (a regex split, not pysbd) wi
 then removes invisible characters, NFCs, folds whitespace, drops control characters and
 texts over 1,000 characters, filters by length, dedupes and writes one Parquet file. Each run
 is its own process, so its peak RSS (VmHWM) is its own; sides alternate, `--repeats` times.
-`--sweep` times book ingest per sentence at several paragraph lengths (linear: flat).
+`--sweep` times book ingest per sentence at several paragraph lengths, taking turns (linear:
+flat).
 
     .venv/bin/python benchmarks/ingest.py [--sizes 1000000 10000000] [--formats text book parquet]
         [--repeats 3] [--sweep 10 100 1000] [--quick]
@@ -222,14 +223,16 @@ def compare(n: int, fmt: str, repeats: int, paragraph: int, tmp: Path) -> dict:
     rate = {side: [n / r["seconds"] for r in rs] for side, rs in runs.items()}
     ratios = [v / b for v, b in zip(rate["viewmill"], rate["baseline"], strict=True)]
     read = [n / r["read_s"] for r in runs["viewmill"]]
+    read_ratios = [v / b for v, b in zip(read, rate["baseline"], strict=True)]
     print(f"{n:,} sentences, {fmt}: viewmill {spread(rate['viewmill'])} sentences/s (read alone "
           f"{spread(read)}, peak {max(r['read_peak_gib'] for r in runs['viewmill']):.2f} GiB over "
           f"{max(r['floor_gib'] for r in runs['viewmill']):.2f} GiB of imports), "
           f"peak {max(r['peak_gib'] for r in runs['viewmill']):.2f} GiB, kept "
           f"{runs['viewmill'][0]['kept']:,}; baseline {spread(rate['baseline'])} sentences/s, peak "
           f"{max(r['peak_gib'] for r in runs['baseline']):.2f} GiB, kept {runs['baseline'][0]['kept']:,}; "
-          f"ratio {spread(ratios, '.2f')}x (min / median / max)", flush=True)  # fmt: skip
-    return {"sentences": n, "format": fmt, "runs": runs, "ratios": ratios}
+          f"ratio to baseline: stage {spread(ratios, '.2f')}x, read {spread(read_ratios, '.2f')}x "
+          "(min / median / max)", flush=True)  # fmt: skip
+    return {"sentences": n, "format": fmt, "runs": runs, "ratios": ratios, "read_ratios": read_ratios}
 
 
 def sweep(n: int, paragraphs: list[int], repeats: int, tmp: Path) -> list[dict]:
