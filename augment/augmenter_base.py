@@ -35,6 +35,10 @@ class AugmenterConfig(BaseModel):
     # It reads the corpus's labelled NLI pairs (`nli_pairs`): ingest collects them, and the
     # recipe needs a corpus format whose reader yields them.
     needs_nli_links: ClassVar[bool] = False
+    # Its producer may be closed and used again (the next batch restarts what closing stopped):
+    # a run then builds it once per process and lends it to one shard at a time. Left False,
+    # a producer is built for each use.
+    reusable_producer: ClassVar[bool] = False
 
     name: str = NAME
     method: str

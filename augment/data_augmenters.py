@@ -21,6 +21,7 @@ from viewmill.storage.lake import Lake
 class Identity(AugmenterConfig):
     """The sentence itself as a view (x1 = x in one-view recipes)."""
 
+    reusable_producer: ClassVar[bool] = True
     exempt_from_filters: ClassVar[bool] = True
     is_source_copy: ClassVar[bool] = True
     method: Literal["identity"] = "identity"
@@ -33,6 +34,7 @@ class Entailment(AugmenterConfig):
     """Labelled NLI data: a premise's view is a hypothesis it entails (SimCSE's supervised
     positives). Sentences that are no premise of such a pair get a rejected view."""
 
+    reusable_producer: ClassVar[bool] = True
     exempt_from_filters: ClassVar[bool] = True  # people wrote the hypotheses to differ from the premise
     needs_nli_links: ClassVar[bool] = True
     method: Literal["entailment"] = "entailment"

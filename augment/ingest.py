@@ -9,19 +9,22 @@ as 64-bit hashes, so a corpus of millions of lines is read at hundreds of thousa
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from sacremoses import MosesDetokenizer
 from viewmill.augment.kept_sentences import Cleaned, IngestStats, KeptSentences
 from viewmill.augment.line_batches import BATCH_RECORDS, LineBatch, line_batches
-from viewmill.augment.plain_text import plain_lane
-from viewmill.augment.readers import READERS, CorpusError, Malformed, RawLine, ReadOptions, require_file
+from viewmill.augment.plain_text import SeenIds, plain_lane
+from viewmill.augment.readers import READERS, RawLine, ReadOptions
 from viewmill.augment.sanitise import rejection
+from viewmill.augment.source_files import CorpusError, Malformed, require_file
 from viewmill.storage.ids import normalize_text, sentence_id
-from viewmill.storage.schema import NLI_PAIRS, REJECTED_SENTENCES
+from viewmill.storage.schema import NLI_PAIRS, REJECTED_SENTENCES, SENTENCES
 
 # Moses leaves Penn Treebank's split negations ("does n't", "ca n't") apart.
 _SPLIT_NEGATION = re.compile(r"(\w) n't\b")
@@ -35,66 +38,101 @@ class IngestResult:
     rejected: pa.Table = field(default_factory=lambda: REJECTED_SENTENCES.empty_table())
 
 
-def ingest(
-    files: list[Path],
-    *,
-    corpus: str,
-    fmt: str,
-    lang: str,
-    detokenize: bool,
-    min_words: int,
-    max_words: int,
-    limit: int | None,
-    run_id: str,
-    nli_links: bool = False,
-    on_error: str = "stop",
-    options: ReadOptions | None = None,
-) -> IngestResult:
-    """Read, normalise (invisible characters, NFC, whitespace), optionally detokenise,
-    reject unusable text, length-filter and dedupe.
+@dataclass(frozen=True)
+class IngestSettings:
+    corpus: str
+    fmt: str
+    lang: str
+    detokenize: bool
+    min_words: int
+    max_words: int
+    limit: int | None
+    run_id: str
+    nli_links: bool = False
+    on_error: str = "stop"
+    options: ReadOptions | None = None
 
-    A malformed record stops the read with its file and line (`on_error="stop"`) or is
-    skipped and counted (`"skip"`). With `nli_links`, also collect every labelled
-    premise-hypothesis pair of NLI data (all of it: `limit` and the length filter apply to
-    sentences, not to the links). Raises CorpusError if a source is missing or unreadable,
-    or if nothing is left.
+
+class CorpusStream:
+    """One read of a corpus: read, normalise (invisible characters, NFC, whitespace),
+    optionally detokenise, reject unusable text, length-filter and dedupe.
+
+    `batches()` yields the kept `sentences` rows as they are read, so a caller can write them
+    on without holding the corpus; once it is exhausted, `stats`, `rejected()`, `nli_pairs` and
+    `kept_ids()` describe the whole read. A malformed record stops the read with its file and
+    line (`on_error="stop"`) or is skipped and counted (`"skip"`). With `nli_links`, also
+    collect every labelled premise-hypothesis pair of NLI data (all of it: `limit` and the
+    length filter apply to sentences, not to the links). Raises CorpusError if a source is
+    missing or unreadable (before any is read), or if nothing is left.
     """
-    reader = READERS[fmt]
-    if reader.reads_files:  # every source checked before any is read
-        for path in files:
-            require_file(Path(path))
-    options = options or ReadOptions(lang=lang)
-    clean = _cleaner(lang, detokenize)
-    keep = KeptSentences(corpus, lang, fmt, run_id, min_words, max_words, clean, plain_lane(lang, detokenize))
-    stats = keep.stats
-    halves: dict[str, dict[str, tuple[str, RawLine]]] = {}
 
-    def room() -> int:  # records ingest may still read before the corpus is full
-        return BATCH_RECORDS if limit is None or nli_links else limit - stats.kept
+    def __init__(self, files: list[Path], settings: IngestSettings) -> None:
+        self.files, self.settings = [Path(path) for path in files], settings
+        self.reader = READERS[settings.fmt]
+        if self.reader.reads_files:  # every source checked before any is read
+            for path in self.files:
+                require_file(path)
+        self.options = settings.options or ReadOptions(lang=settings.lang)
+        self.clean = _cleaner(settings.lang, settings.detokenize)
+        lane = plain_lane(settings.lang, settings.detokenize)
+        self.keep = KeptSentences(settings.corpus, settings.lang, settings.fmt, settings.run_id,
+                                  settings.min_words, settings.max_words, self.clean, lane)  # fmt: skip
+        self.stats = self.keep.stats
+        self.nli_pairs = NLI_PAIRS.empty_table()
+        self._kept_ids: np.ndarray | None = None
 
-    for path in files:
-        kept_before = stats.kept
-        for batch in line_batches(fmt, path, options, room):
-            full = limit is not None and stats.kept >= limit
-            if full and not nli_links:
-                break
-            if isinstance(batch, Malformed):
-                _malformed(batch, on_error, None if full else stats)
-                continue
-            cleaned = keep.clean(batch)
-            if nli_links:
-                _batch_halves(batch, cleaned, halves)
-            if not full:
-                keep.add(batch, cleaned, None if limit is None else limit - stats.kept)
-        stats.per_file[str(path)] = stats.kept - kept_before
-    if nli_links:  # a premise file's hypotheses give its links even when not ingested themselves
-        for path in reader.link_files(files):
-            _read_halves(reader(path, options), clean, halves)
-    if not stats.kept:
-        raise CorpusError(_empty_corpus(corpus, len(files), stats, min_words, max_words))
-    links = nli_pair_rows(corpus, halves, run_id)
-    stats.nli_pairs = len(links)
-    return IngestResult(keep.table(), stats, pa.Table.from_pylist(links, schema=NLI_PAIRS), keep.rejected_table())
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        limit, nli_links, stats = self.settings.limit, self.settings.nli_links, self.stats
+        halves: dict[str, dict[str, tuple[str, RawLine]]] = {}
+
+        def room() -> int:  # records ingest may still read before the corpus is full
+            return BATCH_RECORDS if limit is None or nli_links else limit - stats.kept
+
+        for path in self.files:
+            kept_before = stats.kept
+            for batch in line_batches(self.settings.fmt, path, self.options, room):
+                full = limit is not None and stats.kept >= limit
+                if full and not nli_links:
+                    break
+                if isinstance(batch, Malformed):
+                    _malformed(batch, self.settings.on_error, None if full else stats)
+                    continue
+                cleaned = self.keep.clean(batch)
+                if nli_links:
+                    _batch_halves(batch, cleaned, halves)
+                if not full:
+                    self.keep.add(batch, cleaned, None if limit is None else limit - stats.kept)
+                    yield from self.keep.take()
+            stats.per_file[str(path)] = stats.kept - kept_before
+        self._finish(halves)
+
+    def _finish(self, halves: dict[str, dict[str, tuple[str, RawLine]]]) -> None:
+        settings = self.settings
+        if settings.nli_links:  # a premise file's hypotheses give its links even when not ingested themselves
+            for path in self.reader.link_files(self.files):
+                _read_halves(self.reader(path, self.options), self.clean, halves)
+        if not self.stats.kept:
+            raise CorpusError(_empty_corpus(settings, len(self.files), self.stats))
+        links = nli_pair_rows(settings.corpus, halves, settings.run_id)
+        self.stats.nli_pairs = len(links)
+        self.nli_pairs = pa.Table.from_pylist(links, schema=NLI_PAIRS)
+
+    def kept_ids(self) -> np.ndarray:
+        """The 64-bit ids of every sentence kept, sorted; taken once the read is over (the
+        stream lets go of its own table of them: at 10M sentences, 128 MiB)."""
+        if self._kept_ids is None:
+            self._kept_ids, self.keep.seen = self.keep.seen.values(), SeenIds()
+        return self._kept_ids
+
+    def rejected(self) -> pa.Table:
+        return self.keep.rejected_table()
+
+
+def ingest(files: list[Path], **settings: Any) -> IngestResult:
+    """The corpus read whole (`CorpusStream` with these `IngestSettings`), kept rows in one table."""
+    stream = CorpusStream(files, IngestSettings(**settings))
+    sentences = pa.Table.from_batches(list(stream.batches()), schema=SENTENCES)
+    return IngestResult(sentences, stream.stats, stream.nli_pairs, stream.rejected())
 
 
 def _malformed(raw: Malformed, on_error: str, stats: IngestStats | None) -> None:
@@ -127,7 +165,8 @@ _REJECTION_FIXES = {
 }
 
 
-def _empty_corpus(corpus: str, n_files: int, stats: IngestStats, min_words: int, max_words: int) -> str:
+def _empty_corpus(settings: IngestSettings, n_files: int, stats: IngestStats) -> str:
+    corpus, min_words, max_words = settings.corpus, settings.min_words, settings.max_words
     fixes = [fix for reason, fix in _REJECTION_FIXES.items() if reason in stats.rejected]
     return (
         f"corpus '{corpus}' is empty after reading {n_files} file(s) "

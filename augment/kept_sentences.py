@@ -15,9 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from viewmill.augment.line_batches import LineBatch
-from viewmill.augment.plain_text import SeenIds, fold_spaces, hex_ids, plain_rows, text_hashes, word_counts
+from viewmill.augment.plain_text import SeenIds, fold_spaces, plain_rows, text_hashes, word_counts
 from viewmill.augment.readers import READERS, Malformed
 from viewmill.augment.sanitise import rejected_id, rejection, shown
+from viewmill.storage.hex_ids import hex_ids
 from viewmill.storage.ids import normalize_text, sentence_id
 from viewmill.storage.schema import REJECTED_SENTENCES, SENTENCES
 
@@ -63,7 +64,8 @@ class Cleaned:
 
 @dataclass
 class KeptSentences:
-    """The corpus's kept sentence rows (Arrow batches) and rejected texts, with the counts."""
+    """The corpus's kept sentence rows (Arrow batches, taken as they come) and rejected texts,
+    with the counts and the ids of every sentence kept so far."""
 
     corpus: str
     lang: str
@@ -78,8 +80,10 @@ class KeptSentences:
     rejected: dict[str, dict] = field(default_factory=dict)
     seen: SeenIds = field(default_factory=SeenIds)
 
-    def table(self) -> pa.Table:
-        return pa.Table.from_batches(self.batches, schema=SENTENCES)
+    def take(self) -> list[pa.RecordBatch]:
+        """The rows kept since the last take (the caller writes them on; they are not held here)."""
+        taken, self.batches = self.batches, []
+        return taken
 
     def rejected_table(self) -> pa.Table:
         return pa.Table.from_pylist(list(self.rejected.values()), schema=REJECTED_SENTENCES)

@@ -12,18 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from viewmill.augment.file_chunks import line_chunks, line_offsets
-from viewmill.augment.readers import (
-    READERS,
-    Malformed,
-    RawLine,
-    ReadOptions,
-    Record,
-    decode_line,
-    not_text,
-    open_parquet,
-    require_file,
-    require_utf8,
-)
+from viewmill.augment.readers import READERS, RawLine, ReadOptions, Record, not_text, open_parquet
+from viewmill.augment.source_files import Malformed, decode_line, require_file, require_utf8
 
 BATCH_RECORDS = 4096  # a reader's records grouped at most this many at a time
 PARQUET_BATCH = 65536

@@ -24,7 +24,6 @@ from viewmill.augment.sanitise import MAX_SENTENCE_CHARS, MAX_TOKEN_CHARS, lang_
 PLAIN_RANGES = ((0xA1, 0xAC), (0xAE, 0x24F), (0x2010, 0x2027), (0x2030, 0x205E), (0x20AC, 0x20AC))
 _PLAIN = "^[\t\x20-\x7e" + "".join(rf"\x{{{low:x}}}-\x{{{high:x}}}" for low, high in PLAIN_RANGES) + "]*$"
 _LONG_TOKEN = rf"[^\t ]{{{MAX_TOKEN_CHARS + 1},}}"
-_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 
 def plain_lane(lang: str, detokenize: bool) -> bool:
@@ -94,15 +93,6 @@ def text_hashes(texts: pa.Array) -> np.ndarray:
     return np.fromiter(map(xxhash.xxh3_64_intdigest, blobs), np.uint64, len(blobs))
 
 
-def hex_ids(hashes: np.ndarray) -> pa.Array:
-    """The hashes as 16 lowercase hex digits, as `storage.ids.text_hash` gives them."""
-    raw = hashes.astype(">u8").view(np.uint8).reshape(-1, 8)
-    digits = np.empty((len(hashes), 16), np.uint8)
-    digits[:, 0::2], digits[:, 1::2] = _HEX[raw >> 4], _HEX[raw & 15]
-    offsets = np.arange(0, 16 * len(hashes) + 1, 16, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), len(hashes), [None, pa.py_buffer(offsets), pa.py_buffer(digits)])
-
-
 class SeenIds:
     """The 64-bit ids kept so far, in an open-addressing hash table (linear probing, at most
     `MAX_LOAD` full; 8-16 bytes a sentence, where a Python set of hex ids takes some 150), looked
@@ -126,14 +116,20 @@ class SeenIds:
         """Remember new, distinct hashes."""
         self._count += len(hashes)
         if self._count > self.MAX_LOAD * len(self._table):
-            kept = self._table[self._table != 0]
-            size = len(self._table)
+            kept, size = self._table[self._table != 0], len(self._table)
             while self._count > self.MAX_LOAD * size:
                 size *= 2
+            self._table = np.zeros(0, np.uint64)  # the old table goes before the new one comes
             self._table = np.zeros(size, np.uint64)
-            self._place(kept)
+            for start in range(0, len(kept), 1 << 20):  # a million at a time: small temporaries
+                self._place(kept[start : start + (1 << 20)])
         self._zero |= bool((hashes == 0).any())
         self._place(hashes[hashes != 0])
+
+    def values(self) -> np.ndarray:
+        """Every id remembered, sorted (the order of their 16-digit hex forms)."""
+        kept = self._table[self._table != 0]
+        return np.sort(np.concatenate([kept, np.zeros(1, np.uint64)]) if self._zero else kept)
 
     def _slots(self, keys: np.ndarray) -> np.ndarray:
         return (keys & np.uint64(len(self._table) - 1)).astype(np.intp)

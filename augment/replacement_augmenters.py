@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from viewmill.augment.augmenter_base import (
@@ -22,6 +22,7 @@ from viewmill.storage.lake import Lake
 class Synonym(AugmenterConfig):
     """Replace about `ratio` of the content words with WordNet synonyms."""
 
+    reusable_producer: ClassVar[bool] = True
     method: Literal["synonym"] = "synonym"
     ratio: float = Field(0.3, gt=0, le=1)
     seed: int = 0
@@ -37,6 +38,7 @@ class Synonym(AugmenterConfig):
 class MaskedLM(AugmenterConfig):
     """Mask about `ratio` of the tokens and fill them with a masked language model."""
 
+    reusable_producer: ClassVar[bool] = True
     method: Literal["mlm"] = "mlm"
     model: str = "roberta-base"
     ratio: float = Field(0.2, gt=0, le=1)

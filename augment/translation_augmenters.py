@@ -5,7 +5,7 @@ the translation cache."""
 from __future__ import annotations
 
 import itertools
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 from viewmill.augment.augmenter_base import AugmenterConfig, ProduceContext, ProducedView, Producer, Provenance
@@ -23,6 +23,7 @@ class Translating(AugmenterConfig):
     ids or local directories.
     """
 
+    reusable_producer: ClassVar[bool] = True
     engine: str = Field("apertium", description="a registered engine: apertium, hf, ctranslate2 or a plugin's")
     model: str | None = None
     models: list[str] | None = None

@@ -8,8 +8,9 @@ accented word, 1% in NFD, with a zero-width space or doubled spaces (which norma
 one sentence a line, `parquet` one a row, `book` paragraphs of `--paragraph` sentences (a
 third of them wrapped over two lines) separated by blank lines.
 
-The viewmill side runs the real ingest stage (`ingest_stage`: `read_corpus`, timed apart, then
-the rows into a DuckLake lake in a temporary state folder); the baseline reads the lines
+The viewmill side runs the real ingest stage (`ingest_stage`: the corpus read and streamed into
+a DuckLake lake in a temporary state folder, with its corpus version); the read side runs the
+stage's read alone, its rows dropped as they come; the baseline reads the lines
 with DuckDB's `read_csv`, paragraphs and sentences (a regex split, not pysbd) with polars,
 then removes invisible characters, NFCs, folds whitespace, drops control characters and
 texts over 1,000 characters, filters by length, dedupes and writes one Parquet file. Each run
@@ -118,11 +119,10 @@ def peak_rss_gib(field: str = "VmHWM") -> float:
     raise SystemExit("no /proc/self/status: this benchmark measures memory on Linux")
 
 
-def viewmill_side(corpus: Path, fmt: str, workdir: Path) -> dict:
-    """The ingest stage as a run calls it: the corpus read whole, then written to the lake."""
+def bench_context(corpus: Path, fmt: str, workdir: Path):
+    """A run's context for the corpus (two identity views; the stage reads only the corpus)."""
     from viewmill.pipelines.context import RunContext
     from viewmill.pipelines.recipe import load_recipe
-    from viewmill.pipelines.stages import ingest as stage
     from viewmill.pipelines.state import StatePaths
 
     spec = {"files": [str(corpus)], "format": fmt, "min_words": MIN_WORDS, "max_words": MAX_WORDS}
@@ -131,20 +131,30 @@ def viewmill_side(corpus: Path, fmt: str, workdir: Path) -> dict:
               "pair": {"view_a": "a", "view_b": "b"}}  # fmt: skip
     path = workdir / "bench.yaml"
     path.write_text(json.dumps(recipe), encoding="utf-8")  # JSON is YAML
-    ctx = RunContext(load_recipe(path), StatePaths(workdir / "state"))
-    read_corpus, read = stage.read_corpus, {}
+    return RunContext(load_recipe(path), StatePaths(workdir / "state"))
 
-    def timed_read(ctx: RunContext):  # the stage's own read, timed (and its peak taken) where the stage calls it
-        start = time.perf_counter()
-        result = read_corpus(ctx)
-        read.update(read_s=time.perf_counter() - start, read_peak_gib=peak_rss_gib())
-        return result
 
-    stage.read_corpus = timed_read
-    read["floor_gib"] = peak_rss_gib("VmRSS")  # the modules a run imports, before any reading
+def viewmill_side(corpus: Path, fmt: str, workdir: Path) -> dict:
+    """The ingest stage as a run calls it: the corpus streamed into a new lake, with its version."""
+    from viewmill.pipelines.stages.ingest import ingest_stage
+
+    ctx = bench_context(corpus, fmt, workdir)
+    floor = peak_rss_gib("VmRSS")  # the modules a run imports, before any reading
     start = time.perf_counter()
-    report = stage.ingest_stage(ctx)
-    return {"seconds": time.perf_counter() - start, "kept": report.sentences, "peak_gib": peak_rss_gib(), **read}
+    report = ingest_stage(ctx)
+    return {"seconds": time.perf_counter() - start, "kept": report.sentences, "peak_gib": peak_rss_gib(),
+            "floor_gib": floor}  # fmt: skip
+
+
+def read_side(corpus: Path, fmt: str, workdir: Path) -> dict:
+    """The stage's read alone (`corpus_stream`'s batches, dropped as they come): no lake."""
+    from viewmill.pipelines.stages.ingest import corpus_stream
+
+    stream = corpus_stream(bench_context(corpus, fmt, workdir))
+    start = time.perf_counter()
+    for _ in stream.batches():
+        pass
+    return {"seconds": time.perf_counter() - start, "kept": stream.stats.kept, "peak_gib": peak_rss_gib()}
 
 
 def baseline_side(corpus: Path, fmt: str, workdir: Path) -> dict:
@@ -186,14 +196,9 @@ def baseline_side(corpus: Path, fmt: str, workdir: Path) -> dict:
 
 
 def book_sweep_side(corpus: Path, n: int) -> dict:
-    """viewmill's `ingest` alone (no lake) over a book: seconds per sentence."""
-    from viewmill.augment.ingest import ingest
-
-    start = time.perf_counter()
-    result = ingest([corpus], corpus="sweep", fmt="book", lang="en", detokenize=False, min_words=MIN_WORDS,
-                    max_words=MAX_WORDS, limit=None, run_id="sweep")  # fmt: skip
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "us_per_sentence": seconds / n * 1e6, "kept": result.sentences.num_rows}
+    """viewmill's read alone (no lake) over a book: seconds per sentence."""
+    result = read_side(corpus, "book", corpus.parent)
+    return {**result, "us_per_sentence": result["seconds"] / n * 1e6}
 
 
 def child(side: str, corpus: Path, fmt: str, workdir: Path, n: int) -> dict:
@@ -213,7 +218,7 @@ def compare(n: int, fmt: str, repeats: int, paragraph: int, tmp: Path) -> dict:
     tmp.mkdir(parents=True)
     corpus = tmp / f"corpus-{n}.{'parquet' if fmt == 'parquet' else 'txt'}"
     write_corpus(corpus, fmt, n, paragraph)
-    runs: dict[str, list[dict]] = {"viewmill": [], "baseline": []}
+    runs: dict[str, list[dict]] = {"viewmill": [], "read": [], "baseline": []}
     for repeat in range(repeats):
         for side in runs:
             workdir = tmp / f"{side}-{repeat}"
@@ -222,10 +227,10 @@ def compare(n: int, fmt: str, repeats: int, paragraph: int, tmp: Path) -> dict:
     corpus.unlink()
     rate = {side: [n / r["seconds"] for r in rs] for side, rs in runs.items()}
     ratios = [v / b for v, b in zip(rate["viewmill"], rate["baseline"], strict=True)]
-    read = [n / r["read_s"] for r in runs["viewmill"]]
+    read = rate["read"]
     read_ratios = [v / b for v, b in zip(read, rate["baseline"], strict=True)]
     print(f"{n:,} sentences, {fmt}: viewmill {spread(rate['viewmill'])} sentences/s (read alone "
-          f"{spread(read)}, peak {max(r['read_peak_gib'] for r in runs['viewmill']):.2f} GiB over "
+          f"{spread(read)}, peak {max(r['peak_gib'] for r in runs['read']):.2f} GiB; "
           f"{max(r['floor_gib'] for r in runs['viewmill']):.2f} GiB of imports), "
           f"peak {max(r['peak_gib'] for r in runs['viewmill']):.2f} GiB, kept "
           f"{runs['viewmill'][0]['kept']:,}; baseline {spread(rate['baseline'])} sentences/s, peak "
@@ -260,7 +265,7 @@ def main() -> None:
     parser.add_argument("--sweep-sentences", type=int, default=20_000)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 20,000 sentences, one repeat")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
-    parser.add_argument("--side", choices=["viewmill", "baseline", "sweep"], help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=["viewmill", "read", "baseline", "sweep"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--format", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -269,7 +274,7 @@ def main() -> None:
         if args.side == "sweep":
             print(json.dumps(book_sweep_side(args.corpus, args.sizes[0])))
         else:
-            side = viewmill_side if args.side == "viewmill" else baseline_side
+            side = {"viewmill": viewmill_side, "read": read_side, "baseline": baseline_side}[args.side]
             print(json.dumps(side(args.corpus, args.format, args.workdir)))
         return
     if args.quick:

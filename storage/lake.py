@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,13 @@ from viewmill.storage.catalog import (
     sql_literal,
 )
 from viewmill.storage.file_hashes import HashRecords, content_problems, lake_key, read_records, record_files, refusal
-from viewmill.storage.lake_files import CatalogFile, catalog_files, merge_candidates, next_file_id
+from viewmill.storage.lake_files import (
+    CatalogFile,
+    catalog_files,
+    merge_candidates,
+    next_file_id,
+    remove_rolled_back_files,
+)
 from viewmill.storage.schema import PARTITIONS, TABLES
 from viewmill.storage.writer_lock import WriterLock
 
@@ -288,6 +295,7 @@ class Lake:
             yield
             return
         with self._writing():
+            began = time.time_ns() - 1_000_000_000  # a second's slack for coarse file times
             self.con.execute("BEGIN TRANSACTION")
             self._in_transaction = True
             try:
@@ -296,6 +304,8 @@ class Lake:
                 self._in_transaction = False
                 with contextlib.suppress(duckdb.Error):  # a failed COMMIT may have ended it already
                     self.con.execute("ROLLBACK")
+                with contextlib.suppress(duckdb.Error, OSError):  # a leftover is reported by verify
+                    remove_rolled_back_files(self.con, self.data_path, began)
                 self._raise_if_disk_full(exc)
                 raise
             self._in_transaction = False
@@ -336,9 +346,8 @@ class Lake:
                 return 0
             incoming: pa.Table | pa.RecordBatchReader = rows.select(schema.names).cast(schema)
         else:
-            incoming = pa.RecordBatchReader.from_batches(
-                schema, (batch.select(schema.names).cast(schema) for batch in rows)
-            )
+            source_error: list[BaseException] = []
+            incoming = pa.RecordBatchReader.from_batches(schema, _conformed(rows, schema, source_error))
         columns = ", ".join(schema.names)
         if unique_on:
             keys = ", ".join(unique_on)
@@ -350,6 +359,10 @@ class Lake:
             try:
                 inserted = self.con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {source}")
                 count = inserted.fetchone()
+            except duckdb.Error:
+                if not isinstance(rows, pa.Table) and source_error:
+                    raise source_error[0] from None  # the stream's own error, not DuckDB's wrapping of it
+                raise
             finally:
                 self.con.unregister("_incoming")
         return int(count[0]) if count else 0
@@ -400,3 +413,16 @@ class _Registered:
 
     def __exit__(self, *exc: object) -> None:
         self.con.unregister(self.name)
+
+
+def _conformed(
+    rows: Iterable[pa.RecordBatch], schema: pa.Schema, error: list[BaseException]
+) -> Iterator[pa.RecordBatch]:
+    """The batches cast to the table's schema; an error raised while producing them is kept in
+    `error` (DuckDB reports it only as text) before it ends the stream."""
+    try:
+        for batch in rows:
+            yield batch.select(schema.names).cast(schema)
+    except BaseException as exc:
+        error.append(exc)
+        raise

@@ -146,6 +146,21 @@ def stray_files(con: duckdb.DuckDBPyConnection, data_path: str) -> list[str]:
     return sorted(relative_to_data(data_path, str(p)) for p in Path(data_path).rglob("*.parquet"))
 
 
+def remove_rolled_back_files(con: duckdb.DuckDBPyConnection, data_path: str, since_ns: int) -> list[str]:
+    """Delete the Parquet files a rolled-back transaction wrote (DuckLake leaves them): files under
+    a local data folder that no catalog entry lists, made since the transaction began. Only the
+    writer holding the lake's lock writes, so these are its own; older strays stay for `lake
+    repair`. Returns the relative paths removed."""
+    listed = {entry.rel for entry in catalog_files(con, data_path)} | scheduled_for_deletion(con, data_path)
+    removed = []
+    for rel in stray_files(con, data_path):
+        path = Path(data_path) / rel
+        if rel not in listed and path.stat().st_mtime_ns >= since_ns:
+            path.unlink(missing_ok=True)
+            removed.append(rel)
+    return removed
+
+
 def scheduled_for_deletion(con: duckdb.DuckDBPyConnection, data_path: str) -> set[str]:
     rows = con.execute(f"SELECT path, path_is_relative FROM {META}.ducklake_files_scheduled_for_deletion").fetchall()
     return {path if rel else relative_to_data(data_path, path) for path, rel in rows}

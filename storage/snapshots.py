@@ -23,7 +23,7 @@ from viewmill.storage.negatives import (
     snapshot_negatives,
 )
 from viewmill.storage.sandbox import refuse_output_in_lake
-from viewmill.storage.schema import CORPUS_VERSIONS, SNAPSHOTS
+from viewmill.storage.schema import SNAPSHOTS
 
 
 @dataclass(frozen=True)
@@ -192,23 +192,6 @@ def _write_snapshot(lake: Lake, pairs: pa.Table, record: dict, negatives: pa.Tab
             lake.append("pair_negatives", named)
         row = {**record, "lake_version": lake.version() + 1, "created_at": datetime.now(UTC)}
         lake.append("snapshots", pa.Table.from_pylist([row], schema=SNAPSHOTS))
-
-
-def record_corpus_version(lake: Lake, corpus: str, sentence_ids: list[str], run_id: str) -> str:
-    """Record which sentences the corpus holds after this ingest; returns the version (a hash of
-    the sorted ids). Sentences stay in `sentences` when a corpus shrinks, but a version lists
-    only the current ones, so pairing a version never pairs a sentence the corpus lost."""
-    ids = sorted(set(sentence_ids))
-    version = fingerprint(corpus, ids)
-    n = len(ids)
-    with lake.transaction():
-        members = pa.table({"corpus": [corpus] * n, "corpus_version": [version] * n, "sentence_id": ids})
-        lake.append("corpus_members", members, unique_on=("corpus_version", "sentence_id"))
-        row = {"corpus": corpus, "corpus_version": version, "n_sentences": n, "run_id": run_id,
-               "created_at": datetime.now(UTC)}  # fmt: skip
-        version_row = pa.Table.from_pylist([row], schema=CORPUS_VERSIONS)
-        lake.append("corpus_versions", version_row, unique_on=("corpus_version",))
-    return version
 
 
 def _require_snapshot(lake: Lake, snapshot: str) -> dict[str, Any]:

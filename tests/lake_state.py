@@ -33,8 +33,8 @@ def seed_views(lake: Lake, n: int = 6, chunks: int = 3) -> str:
     """`n` sentences with a kept view from augmenters A and B each, committed in `chunks`
     commits (so views has several files: view texts are "view A of s0" ...); returns the
     corpus version."""
+    from viewmill.storage.corpus_versions import record_corpus_version
     from viewmill.storage.schema import VIEWS
-    from viewmill.storage.snapshots import record_corpus_version
 
     ids = [f"s{i}" for i in range(n)]
     for part in range(chunks):

@@ -3,6 +3,7 @@ settings under `options`."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from viewmill.storage.extension_points import RegistryError
 from viewmill.train.dev_scores import DevSelection
 from viewmill.train.objectives import OBJECTIVES
 
@@ -170,7 +172,7 @@ class TrainConfig(BaseModel):
             self.head_lr = entry.safe_head_lr
         if self.grad_accumulation > 1:
             if not entry.accumulation:
-                users = ", ".join(name for name in OBJECTIVES.names() if OBJECTIVES.get(name).accumulation)
+                users = ", ".join(objectives_with("accumulation"))
                 raise ValueError(
                     f"grad_accumulation splits each batch, and {self.objective}'s loss would change with it (its "
                     f"in-batch negatives): lower batch_size instead, or use an objective that accumulates ({users})"
@@ -184,9 +186,10 @@ class TrainConfig(BaseModel):
     @model_validator(mode="after")
     def _hard_negatives(self) -> TrainConfig:
         if self.hard_negative_weight and not OBJECTIVES.get(self.objective).negatives:
+            users = " or ".join(objectives_with("negatives"))
             raise ValueError(
                 f"hard_negative_weight weights hard negatives, which {self.objective} does not train on: remove it, "
-                "or use objective infonce or ntxent"
+                f"or use objective {users}"
             )
         return self
 
@@ -210,3 +213,14 @@ def _unknown_options(objective: str, unknown: list[str], known: list[str]) -> st
     named = "; ".join(f"'{key}'{did_you_mean(key, known)}" for key in unknown)
     has = f"its options are {', '.join(known)}" if known else "it has none"
     return f"{named}: not an option of objective {objective} ({has}); remove it or fix its spelling"
+
+
+def objectives_with(capability: str) -> list[str]:
+    """The registered objectives whose entry has `capability` set, for a refusal's hint (a
+    plugin entry that does not load is left out here; using it names its own error)."""
+    names = []
+    for name in OBJECTIVES.names():
+        with contextlib.suppress(RegistryError):
+            if getattr(OBJECTIVES.get(name), capability):
+                names.append(name)
+    return names

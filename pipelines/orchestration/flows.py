@@ -103,10 +103,20 @@ def submit_shards(ctx: RunContext, jobs: list[ShardJob]) -> list[ShardReport]:
     with contextlib.ExitStack() as stack:
         # The run's settings choose where shards go, when the run starts (not at import).
         runner = stack.enter_context(task_runner(ctx.settings.dask)) if ctx.settings.dask else None
-        futures = [
-            shard.submit(**job.kwargs()) if runner is None else runner.submit(shard, parameters=job.kwargs())
-            for shard, job in zip(tasks, jobs, strict=True)
-        ]
+        futures: list[Any] = []
+        by_shard: dict[tuple[str, int], Any] = {}
+        for shard, job in zip(tasks, jobs, strict=True):
+            # With the meaning filter a shard judges against the earlier augmenters' views of the
+            # same sentences: it waits for them rather than making them too on another worker.
+            after = [by_shard[(job.earlier[-1].name, job.shard.index)]] if job.earlier else None
+            kwargs = job.kwargs()
+            future = (
+                shard.submit(**kwargs, wait_for=after)
+                if runner is None
+                else runner.submit(shard, parameters=kwargs, wait_for=after)
+            )
+            futures.append(future)
+            by_shard[(job.spec.name, job.shard.index)] = future
         return [_shard_report(future) for future in futures]  # read before a cluster closes
 
 

@@ -118,8 +118,10 @@ def augment_shard(
     """One shard of one augmenter: runs wherever its task is scheduled (another process or
     machine), so it takes plain values and opens the lake itself. `config_hash`,
     `corpus_state` and `lake_epoch` say what the result depends on: task caches key on them.
-    The `earlier` augmenters' views of the shard are made first where missing (the meaning
-    filter's near-duplicate check reads them); only this augmenter's work is reported."""
+    The meaning filter's near-duplicate check reads the `earlier` augmenters' views of the
+    shard: the flow runs their shard first (`submit_shards` waits for it), so here they are
+    only looked up, and made only where missing (a shard run on its own); only this
+    augmenter's work is reported."""
     part = Shard(**shard)
     judge = meaning_judge(filters.meaning)
     configs: list[str] = []

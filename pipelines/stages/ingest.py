@@ -1,18 +1,26 @@
 """The ingest stage: the recipe's corpus into the lake, with a corpus version.
 
-This is the run's one full read of the corpus (preflight reads a sample of each source). What
-only a full read finds (a bad record past the sample, a corpus that keeps no sentence) stops
-the stage with the file, row and fix before it opens the lake: all of the corpus is written in
-one transaction, or none of it."""
+This is the run's one full read of the corpus (preflight reads a sample of each source). The
+kept rows stream from the reader into the lake inside one transaction, so memory stays flat
+however large the corpus; what only a full read finds (a bad record past the sample, a corpus
+that keeps no sentence) stops the stage with the file, row and fix and rolls the transaction
+back: all of the corpus is written, or none of it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from itertools import chain
 from typing import Any
 
-from viewmill.augment.ingest import IngestResult, IngestStats, ingest
+import numpy as np
+import pyarrow as pa
+from viewmill.augment.ingest import CorpusStream, IngestSettings, IngestStats
 from viewmill.pipelines.context import RunContext
-from viewmill.storage.snapshots import record_corpus_version
+from viewmill.storage.corpus_versions import record_corpus_version
+from viewmill.storage.hex_ids import ids_of
+from viewmill.storage.lake import Lake
+from viewmill.storage.schema import SENTENCES
 
 
 @dataclass(frozen=True)
@@ -30,11 +38,10 @@ class IngestReport:
         return {**fields, **asdict(self.stats)}
 
 
-def read_corpus(ctx: RunContext) -> IngestResult:
-    """The recipe's corpus, read whole: normalised, filtered and deduplicated sentences."""
+def corpus_stream(ctx: RunContext) -> CorpusStream:
+    """The recipe's corpus, to be read once: normalised, filtered and deduplicated sentences."""
     spec = ctx.recipe.corpus
-    return ingest(
-        spec.files,
+    settings = IngestSettings(
         corpus=ctx.recipe.corpus_name,
         fmt=spec.format,
         lang=spec.lang,
@@ -47,21 +54,45 @@ def read_corpus(ctx: RunContext) -> IngestResult:
         on_error=spec.on_error,
         options=spec.read_options(),
     )
+    return CorpusStream(spec.files, settings)
 
 
 def ingest_stage(ctx: RunContext) -> IngestReport:
-    corpus = read_corpus(ctx)  # a CorpusError here leaves the lake untouched
-    with ctx.lake() as lake, lake.transaction():
-        new = lake.append("sentences", corpus.sentences, unique_on=("corpus", "sentence_id"))
+    corpus = corpus_stream(ctx)  # a missing source stops here, before the lake is opened
+    name = ctx.recipe.corpus_name
+    batches = corpus.batches()
+    first = next(batches, None)  # an empty corpus, or a bad record before the first rows kept, stops here too
+    with ctx.lake() as lake, lake.transaction():  # a CorpusError later in the read rolls every write back
+        known = stored_sentence_ids(lake, name)
+        new = lake.append("sentences", unstored(chain([first] if first else [], batches), known))
         new_links = lake.append("nli_pairs", corpus.nli_pairs, unique_on=("corpus", "pair_id"))
-        lake.append("rejected_sentences", corpus.rejected, unique_on=("corpus", "sentence_id"))
-        ids = corpus.sentences["sentence_id"].to_pylist()
-        version = record_corpus_version(lake, ctx.recipe.corpus_name, ids, ctx.run_id)
+        lake.append("rejected_sentences", corpus.rejected(), unique_on=("corpus", "sentence_id"))
+        version = record_corpus_version(lake, name, corpus.kept_ids(), ctx.run_id)
     return IngestReport(
-        corpus=ctx.recipe.corpus_name,
+        corpus=name,
         corpus_version=version,
-        sentences=corpus.sentences.num_rows,
+        sentences=corpus.stats.kept,
         new_sentences=new,
         new_nli_pairs=new_links,
         stats=corpus.stats,
     )
+
+
+def stored_sentence_ids(lake: Lake, corpus: str) -> np.ndarray:
+    """The 64-bit ids of the corpus's sentences already in the lake, sorted."""
+    query = "SELECT ('0x' || sentence_id)::UBIGINT AS id FROM sentences WHERE corpus = ? ORDER BY id"
+    return lake.arrow(query, [corpus])["id"].to_numpy()
+
+
+def unstored(batches: Iterable[pa.RecordBatch], known: np.ndarray) -> pa.RecordBatchReader:
+    """The rows whose ids are not among `known` (sorted), as a stream: ingest already dropped
+    repeats within the read, so this is all the lake's append has to check."""
+
+    def fresh() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            ids = ids_of(batch["sentence_id"])
+            at = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
+            stored = known[at] == ids if len(known) else np.zeros(len(ids), bool)
+            yield batch.filter(pa.array(~stored)) if stored.any() else batch
+
+    return pa.RecordBatchReader.from_batches(SENTENCES, fresh())

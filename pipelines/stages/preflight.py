@@ -11,7 +11,8 @@ from itertools import islice
 from pathlib import Path
 
 from viewmill.augment.augmenters import make_producer
-from viewmill.augment.readers import READERS, CorpusError, Malformed, require_file
+from viewmill.augment.readers import READERS
+from viewmill.augment.source_files import CorpusError, Malformed, require_file
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.recipe import Recipe
 from viewmill.storage.catalog import check_not_orphaned

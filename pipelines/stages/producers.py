@@ -11,8 +11,8 @@ A producer is lent to one shard at a time, and closed when given back, as a shar
 be: Apertium's tagger carries context from one sentence to the next, so a shard must start on a
 fresh pipeline (closing stops it; the next batch starts another), alone, or its views would
 depend on which shards ran before or beside it. Two shards at once in one process (a Dask
-worker's threads) get two producers. viewmill's own producers stay usable once closed; a
-plugin's may not, so a plugin's producer is built for each use, as before."""
+worker's threads) get two producers. Only an augmenter that declares its producer usable once
+closed (`reusable_producer`, as viewmill's own do) is kept; any other is built for each use."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from viewmill.augment.augmenters import AugmenterConfig, Producer, make_producer
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
 
-OWN_AUGMENTERS = "viewmill.augment."  # where viewmill's own augmenter specs live
 Key = tuple[str, str, str]  # run id, spec, lake
 
 _lock = threading.Lock()
@@ -52,8 +51,8 @@ def release_producers() -> int:
 
 
 def _lend(spec: AugmenterConfig, lake: Lake, run_id: str) -> Producer:
-    if not type(spec).__module__.startswith(OWN_AUGMENTERS):
-        return make_producer(spec, lake)  # a plugin's: built for this use only
+    if not type(spec).reusable_producer:
+        return make_producer(spec, lake)  # built for this use only
     kind = f"{type(spec).__module__}.{type(spec).__qualname__}"
     key = (run_id, fingerprint(kind, spec.model_dump(mode="json")), f"{lake.root}|{lake.data_path}")
     with _lock:

@@ -17,9 +17,10 @@ import pytest
 from viewmill.augment import file_chunks
 from viewmill.augment.file_chunks import line_chunks, line_offsets
 from viewmill.augment.ingest import ingest
-from viewmill.augment.plain_text import PLAIN_RANGES, SeenIds, hex_ids, plain_rows, text_hashes
+from viewmill.augment.plain_text import PLAIN_RANGES, SeenIds, plain_rows, text_hashes
 from viewmill.augment.readers import READERS, CorpusError, Malformed, ReadOptions
 from viewmill.augment.sanitise import rejected_id, rejection, shown
+from viewmill.storage.hex_ids import hex_ids
 from viewmill.storage.ids import id_text, normalize_text, sentence_id, text_hash
 
 PIECES = [

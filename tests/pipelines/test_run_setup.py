@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import ClassVar
 
 import pytest
 from typer.testing import CliRunner
 from viewmill.augment.data_augmenters import Identity, IdentityProducer
-from viewmill.augment.ingest import ingest
+from viewmill.augment.ingest import CorpusStream, ingest
 from viewmill.augment.readers import CorpusError
 from viewmill.pipelines import recipe as recipe_module
 from viewmill.pipelines import sweep as sweep_module
 from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.context import RunContext, recipe_parameter
 from viewmill.pipelines.recipe import Recipe, load_recipe
-from viewmill.pipelines.stages import ingest as ingest_stage_module
 from viewmill.pipelines.stages import producers
 from viewmill.pipelines.stages.preflight import SAMPLE_RECORDS, check_corpus_sample
 from viewmill.pipelines.sweep import load_sweep
@@ -55,7 +55,7 @@ def setup_counts(monkeypatch):
     reads, and identity producers built (per augmenter: "checks" without the lake, "lake" with it)."""
     counts = {"reads": 0, "validations": 0, "contexts": [], "corpus_reads": 0, "builds": Counter()}
     read, validate, init = recipe_module.read_recipe_file, recipe_module.recipe_from_mapping, RunContext.__init__
-    full_read, build = ingest_stage_module.ingest, Identity.producer
+    full_read, build = CorpusStream.batches, Identity.producer
 
     def counting_read(*args, **kwargs):
         counts["reads"] += 1
@@ -69,9 +69,9 @@ def setup_counts(monkeypatch):
         init(self, *args, **kwargs)
         counts["contexts"].append((self.run_id, self.recipe.content_hash()))
 
-    def counting_ingest(*args, **kwargs):
+    def counting_read_of_corpus(self):
         counts["corpus_reads"] += 1
-        return full_read(*args, **kwargs)
+        return full_read(self)
 
     def counting_build(self, lake):
         counts["builds"][(self.name, "checks" if lake is None else "lake")] += 1
@@ -81,7 +81,7 @@ def setup_counts(monkeypatch):
         monkeypatch.setattr(module, "read_recipe_file", counting_read)
         monkeypatch.setattr(module, "recipe_from_mapping", counting_validate)
     monkeypatch.setattr(RunContext, "__init__", counting_init)
-    monkeypatch.setattr(ingest_stage_module, "ingest", counting_ingest)
+    monkeypatch.setattr(CorpusStream, "batches", counting_read_of_corpus)
     monkeypatch.setattr(Identity, "producer", counting_build)
     return counts
 
@@ -188,12 +188,17 @@ def test_a_producer_is_lent_to_one_user_at_a_time_closed_when_given_back_and_kep
             assert later._producer not in (first._producer, beside._producer), "built anew for another run"
         assert producers.release_producers() == 1, "run-2's; run-1's were let go when run-2 began"
 
-        class Plugin(Identity):  # defined outside viewmill: its close() may end it for good
+        class OneUse(Identity):  # its close() ends it for good
+            reusable_producer: ClassVar[bool] = False
+
+        class Reusable(Identity):  # a plugin's, outside viewmill, that declares it may be reused
             pass
 
-        with lend(Plugin(name="same"), lake, "run-3") as built:
+        with lend(OneUse(name="same"), lake, "run-3") as built:
             assert isinstance(built, IdentityProducer), "built for this use, not lent"
-    assert closed[id(built)] == 1 and producers.release_producers() == 0
+        with lend(Reusable(name="same"), lake, "run-3") as plugin:
+            assert isinstance(plugin, producers._Lent)
+    assert closed[id(built)] == 1 and producers.release_producers() == 1
 
 
 def _bad_line_corpus(folder, rows: int):

@@ -11,9 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
+from viewmill.storage.corpus_versions import record_corpus_version
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import VIEWS
-from viewmill.storage.snapshots import create_pairs_snapshot, record_corpus_version
+from viewmill.storage.snapshots import create_pairs_snapshot
 
 from tests.lake_state import lake_state, small_lake
 from tests.pipelines.test_sql_sandbox import lake_files

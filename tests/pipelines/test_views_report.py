@@ -15,9 +15,10 @@ from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
+from viewmill.storage.corpus_versions import record_corpus_version
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.schema import SENTENCES, VIEWS
-from viewmill.storage.snapshots import create_pairs_snapshot, record_corpus_version
+from viewmill.storage.snapshots import create_pairs_snapshot
 
 from tests.conftest import needs_apertium, write_tiny_recipe
 

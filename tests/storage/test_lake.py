@@ -1,3 +1,6 @@
+import os
+import time
+
 import pyarrow as pa
 import pytest
 from viewmill.storage.lake import Lake, LakeError
@@ -115,3 +118,25 @@ def test_a_duckdb_catalog_held_by_a_writer_gives_a_clear_error(tmp_path):
 def test_unknown_catalog_names_the_choices(tmp_path):
     with pytest.raises(LakeError, match="sqlite.*duckdb.*postgres:dbname"):
         Lake(tmp_path / "lake", catalog="oracle:x")
+
+
+def test_a_rolled_back_transaction_leaves_no_file_and_older_strays_stay(tmp_path):
+    """DuckLake keeps the Parquet files of a rolled-back transaction; the lake removes its own
+    (streamed appends and all) and leaves a stray that was there before for `lake repair`."""
+    with Lake(tmp_path / "lake") as lake:
+        lake.append("evals", _eval_rows([("a", 0.1)]))
+        data = tmp_path / "lake" / "data"
+        before = set(data.rglob("*.parquet"))
+        stray = next(iter(before)).with_name("ducklake-stray-from-a-crash.parquet")
+        stray.write_bytes(next(iter(before)).read_bytes())
+        os.utime(stray, (time.time() - 3600,) * 2)  # left by a run that crashed an hour ago
+
+        def failing_stream():
+            yield from _eval_rows([("b", 0.2), ("c", 0.3)]).to_batches()
+            raise ValueError("the source broke")
+
+        with pytest.raises(ValueError, match="the source broke"), lake.transaction():
+            lake.append("evals", _eval_rows([("d", 0.4)]))
+            lake.append("evals", pa.RecordBatchReader.from_batches(EVALS, failing_stream()))
+        assert set(data.rglob("*.parquet")) == before | {stray}
+        assert lake.scalar("SELECT count(*) FROM evals") == 1

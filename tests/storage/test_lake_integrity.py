@@ -9,12 +9,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
+from viewmill.storage.corpus_versions import record_corpus_version
 from viewmill.storage.integrity import verify_lake
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.maintenance import compact_lake, init_lake, tidy_after_run
 from viewmill.storage.repair import repair_lake
 from viewmill.storage.schema import EVALS, VIEWS
-from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, record_corpus_version
+from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs
 
 from tests.lake_state import seed_views
 

@@ -6,6 +6,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from viewmill.storage.corpus_versions import record_corpus_version
 from viewmill.storage.integrity import verify_lake
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.negatives import ROWS, NliContradictions
@@ -15,7 +16,6 @@ from viewmill.storage.snapshots import (
     export_snapshot,
     pairs_content_hash,
     read_pairs,
-    record_corpus_version,
 )
 
 N_SENTENCES = 4

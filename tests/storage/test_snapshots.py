@@ -1,8 +1,9 @@
 import pyarrow as pa
 import pytest
+from viewmill.storage.corpus_versions import record_corpus_version
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.schema import SENTENCES, VIEWS
-from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs, record_corpus_version
+from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs
 
 
 def _seed(lake: Lake, statuses_b: list[str]) -> str:
