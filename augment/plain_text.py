@@ -129,7 +129,10 @@ class SeenIds:
     def values(self) -> np.ndarray:
         """Every id remembered, sorted (the order of their 16-digit hex forms)."""
         kept = self._table[self._table != 0]
-        return np.sort(np.concatenate([kept, np.zeros(1, np.uint64)]) if self._zero else kept)
+        if self._zero:
+            kept = np.concatenate([kept, np.zeros(1, np.uint64)])
+        kept.sort()  # in place: no second copy of millions of ids
+        return kept
 
     def _slots(self, keys: np.ndarray) -> np.ndarray:
         return (keys & np.uint64(len(self._table) - 1)).astype(np.intp)

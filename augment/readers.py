@@ -196,7 +196,9 @@ def open_parquet(path: Path, options: ReadOptions) -> tuple[pq.ParquetFile, str]
     column = _text_column(options, "parquet")
     require_file(path)
     try:
-        parquet = pq.ParquetFile(path)
+        # Pre-buffering keeps every row group's raw bytes until the file is closed: at 10M
+        # sentences, 0.4 GiB. A local file streams as well without it.
+        parquet = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorpusError(
             f"{path} is not a readable Parquet file ({exc}): set corpus.format to the file's real format "

@@ -76,27 +76,45 @@ class CorpusSpec(BaseModel):
 
 
 class PairSpec(BaseModel):
-    """view_a paired with view_b; a list for view_b pairs view_a with each of them (e.g. an
-    English sentence with each of its forward translations). `negatives` gives each pair
-    hard negatives: a premise's NLI contradictions, or texts an encoder mines."""
+    """Which views of a sentence are paired: view_a with view_b (a list pairs view_a with each
+    of them: an English sentence with each of its forward translations), or `pairings`, a
+    list of [a, b] augmenter pairs taken together (English with each translation and the
+    translations with each other). `negatives` gives each pair hard negatives: a premise's
+    NLI contradictions, or texts an encoder mines."""
 
     model_config = ConfigDict(extra="forbid")
 
-    view_a: str
-    view_b: str | list[str]
+    view_a: str | None = None
+    view_b: str | list[str] | None = None
+    pairings: list[tuple[str, str]] | None = Field(
+        None,
+        min_length=1,
+        description="instead of view_a/view_b: [a, b] augmenter pairs, e.g. [[en, fwd_pt], [fwd_pt, fwd_es]]",
+    )
     negatives: Annotated[NliContradictions | MinedNegatives, Field(discriminator="source")] | None = None
 
+    @model_validator(mode="after")
+    def _one_form(self) -> PairSpec:
+        if self.pairings is not None and (self.view_a is not None or self.view_b is not None):
+            raise ValueError("give pair.pairings or pair.view_a with pair.view_b, not both")
+        if self.pairings is None and (self.view_a is None or self.view_b is None):
+            raise ValueError("pair needs view_a and view_b (or pairings: a list of [a, b] augmenter pairs)")
+        if len(set(self.pairs)) != len(self.pairs):
+            raise ValueError(f"pair lists a pairing twice: {[list(p) for p in self.pairs]}")
+        return self
+
     @model_serializer(mode="wrap")
-    def _without_unset_negatives(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Recipe hashes from before `negatives` existed stay valid.
-        data = handler(self)
-        if self.negatives is None:
-            data.pop("negatives", None)
-        return data
+    def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Recipe hashes from before `negatives` and `pairings` existed stay valid.
+        return {key: value for key, value in handler(self).items() if value is not None}
 
     @property
-    def partners(self) -> list[str]:
-        return [self.view_b] if isinstance(self.view_b, str) else list(self.view_b)
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (a, b) augmenter pairing, in the recipe's order."""
+        if self.pairings is not None:
+            return [tuple(pairing) for pairing in self.pairings]
+        partners = [self.view_b] if isinstance(self.view_b, str) else list(self.view_b or [])
+        return [(str(self.view_a), b) for b in partners]
 
 
 class DevTask(StsTask):
@@ -194,11 +212,12 @@ class Recipe(BaseModel):
         names = [a.name for a in self.augmenters]
         if len(set(names)) != len(names):
             raise ValueError(f"augmenter names must be unique, got {names}")
-        for side, name in [("view_a", self.pair.view_a)] + [("view_b", b) for b in self.pair.partners]:
-            if name not in names:
-                raise ValueError(f"pair.{side} '{name}' is not an augmenter name ({', '.join(names)})")
-        if self.pair.view_a in self.pair.partners:
-            raise ValueError("pair.view_a and pair.view_b must name different augmenters")
+        for a, b in self.pair.pairs:
+            for side, name in (("view_a", a), ("view_b", b)):
+                if name not in names:
+                    raise ValueError(f"pair.{side} '{name}' is not an augmenter name ({', '.join(names)})")
+            if a == b:
+                raise ValueError(f"pair.view_a and pair.view_b must name different augmenters ({a} with itself)")
         if self.sweep is not None:
             tasks = [t.name for t in self.evaluate.tasks] if self.evaluate is not None else []
             unknown = [name for name in self.sweep.select_weights if name not in tasks]

@@ -106,10 +106,9 @@ def _make_pairs(ctx: RunContext, timed: StageTimer, map_shards: MapShards, summa
     }
     release_models()  # translation and MLM weights are done for this run
     release_producers()  # and so are the producers kept for this process's shards
-    pair = ctx.recipe.pair
     configs = {name: report.config_hash for name, report in summary.augment.items()}
-    partners = [configs[b] for b in pair.partners]
-    return timed("pair", pair_stage, ctx, configs[pair.view_a], partners, summary.ingest.corpus_version)
+    pairings = [(configs[a], configs[b]) for a, b in ctx.recipe.pair.pairs]
+    return timed("pair", pair_stage, ctx, pairings, summary.ingest.corpus_version)
 
 
 def _train_and_evaluate(

@@ -82,8 +82,10 @@ class _SortedIds:
 def _distinct(hashes: np.ndarray) -> np.ndarray:
     """Sorted and without repeats (hex order is numeric order). `np.unique` takes a hash table
     path for these that is some 50x slower than a sort at millions of ids."""
+    if len(hashes) < 2 or bool((hashes[1:] > hashes[:-1]).all()):
+        return hashes  # already sorted and distinct (ingest's ids are): no copy
     ordered = np.sort(hashes)
-    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])]
 
 
 def _json_items(chunk: pa.Array) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,20 +67,21 @@ def legacy_content_hash(recipe: str, pairs: pa.Table) -> str:
     return fingerprint(recipe, ordered["pair_id"].to_pylist())
 
 
-def _candidate_pairs(lake: Lake, corpus_version: str, config_a: str, configs_b: list[str]) -> pa.Table:
-    with lake.with_keys("_partners", pa.table({"config_hash": configs_b})):
+def _candidate_pairs(lake: Lake, corpus_version: str, pairings: Sequence[tuple[str, str]]) -> pa.Table:
+    keys = pa.table({"config_a": [a for a, _ in pairings], "config_b": [b for _, b in pairings]})
+    with lake.with_keys("_pairings", keys):
         return lake.arrow(
             """
             SELECT a.sentence_id, a.view_id AS view_a_id, b.view_id AS view_b_id,
                    a.text AS text_a, b.text AS text_b, a.lang AS lang_a, b.lang AS lang_b
             FROM corpus_members s
-            JOIN views a ON a.sentence_id = s.sentence_id AND a.config_hash = ? AND a.status = 'kept'
+            JOIN views a ON a.sentence_id = s.sentence_id AND a.status = 'kept'
             JOIN views b ON b.sentence_id = s.sentence_id AND b.status = 'kept'
-                        AND b.config_hash IN (SELECT config_hash FROM _partners)
+            SEMI JOIN _pairings p ON p.config_a = a.config_hash AND p.config_b = b.config_hash
             WHERE s.corpus_version = ?
-            ORDER BY a.sentence_id, b.view_id
+            ORDER BY a.sentence_id, b.view_id, a.view_id
             """,
-            [config_a, corpus_version],
+            [corpus_version],
         )
 
 
@@ -89,14 +91,13 @@ def create_pairs_snapshot(
     recipe: str,
     corpus: str,
     corpus_version: str,
-    config_a: str,
-    configs_b: list[str],
+    pairings: Sequence[tuple[str, str]],
     run_id: str,
     negatives: NegativesSource | None = None,
 ) -> Snapshot:
-    """Pair augmenter a's kept view of every sentence of this corpus version (exactly the
-    sentences the corpus holds now, see `record_corpus_version`) with each kept view of the
-    augmenters in `configs_b`, as a named snapshot; with `negatives`, each pair also gets
+    """For each (a, b) view configuration pairing, pair a's kept view of every sentence of this
+    corpus version (exactly the sentences the corpus holds now, see `record_corpus_version`)
+    with b's kept views, all in one named snapshot; with `negatives`, each pair also gets
     `negatives.per_anchor` hard negatives (a pair with fewer is dropped, and counted).
 
     The name is derived from the content (ids and texts, and the negatives), so the same pairs
@@ -107,7 +108,7 @@ def create_pairs_snapshot(
     # What pairing reads must be what viewmill wrote: a changed file would be frozen into the snapshot.
     reads = PAIRING_READS + (negatives.reads() if negatives is not None else ())
     lake.require_intact(reads, f"pair the views of corpus '{corpus}'")
-    pairs = _candidate_pairs(lake, corpus_version, config_a, configs_b)
+    pairs = _candidate_pairs(lake, corpus_version, pairings)
     if pairs.num_rows == 0:
         raise LakeError(
             f"no sentence of corpus '{corpus}' has kept views from both augmenters: "

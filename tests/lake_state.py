@@ -62,7 +62,7 @@ def pair_views(lake: Lake, version: str):
     from viewmill.storage.snapshots import create_pairs_snapshot
 
     return create_pairs_snapshot(
-        lake, recipe="r", corpus="c", corpus_version=version, config_a="hA", configs_b=["hB"], run_id="run"
+        lake, recipe="r", corpus="c", corpus_version=version, pairings=[("hA", "hB")], run_id="run"
     )
 
 

@@ -1,5 +1,5 @@
-"""The pair stage: a pairs snapshot of two view configurations (with the recipe's hard
-negatives, when it asks for them), or one that exists."""
+"""The pair stage: a pairs snapshot of the recipe's view configuration pairings (with its
+hard negatives, when it asks for them), or one that exists."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from viewmill.storage.snapshots import Snapshot, create_pairs_snapshot, snapshot
 log = logging.getLogger(__name__)
 
 
-def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str], corpus_version: str) -> Snapshot:
+def pair_stage(ctx: RunContext, pairings: list[tuple[str, str]], corpus_version: str) -> Snapshot:
+    """The snapshot pairing each (a, b) view configuration's kept views of every sentence."""
     negatives = ctx.recipe.pair.negatives
     with ctx.lake() as lake:
         snapshot = create_pairs_snapshot(
@@ -21,8 +22,7 @@ def pair_stage(ctx: RunContext, config_a: str, configs_b: list[str], corpus_vers
             recipe=ctx.recipe.name,
             corpus=ctx.recipe.corpus_name,
             corpus_version=corpus_version,
-            config_a=config_a,
-            configs_b=configs_b,
+            pairings=pairings,
             run_id=ctx.run_id,
             negatives=negatives,
         )

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,25 @@ def test_misspelt_field_is_named_with_the_fix(tmp_path):
 def test_pair_must_name_two_augmenters(tmp_path):
     with pytest.raises(RecipeError, match="pair.view_b 'c' is not an augmenter name"):
         load_recipe(_write(tmp_path, BASE.replace("view_b: b", "view_b: c")))
+
+
+def test_pairings_name_augmenter_pairs_and_one_form_is_given(tmp_path):
+    b = "{name: b, path: [en, ca, en]}"
+    three = BASE.replace(f"{b}]", f"{b}, {{name: c, method: identity}}]")
+    pairings = "{pairings: [[c, a], [c, b], [a, b]]}"
+    recipe = load_recipe(_write(tmp_path, three.replace("{view_a: a, view_b: b}", pairings)))
+    assert recipe.pair.pairs == [("c", "a"), ("c", "b"), ("a", "b")]
+    assert "view_a" not in recipe.model_dump(mode="json")["pair"], "unset forms stay out of the recipe's hash"
+    assert load_recipe(_write(tmp_path, BASE)).model_dump(mode="json")["pair"] == {"view_a": "a", "view_b": "b"}
+    for pair, message in [
+        ("{pairings: [[a, b]], view_a: a, view_b: b}", "give pair.pairings or pair.view_a with pair.view_b, not both"),
+        ("{view_a: a}", "pair needs view_a and view_b (or pairings"),
+        ("{pairings: [[a, b], [a, b]]}", "pair lists a pairing twice"),
+        ("{pairings: [[a, d]]}", "pair.view_b 'd' is not an augmenter name"),
+        ("{pairings: [[a, a]]}", "pair.view_a and pair.view_b must name different augmenters (a with itself)"),
+    ]:
+        with pytest.raises(RecipeError, match=re.escape(message)):
+            load_recipe(_write(tmp_path, three.replace("{view_a: a, view_b: b}", pair)))
 
 
 @pytest.mark.parametrize(

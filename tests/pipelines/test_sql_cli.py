@@ -34,8 +34,8 @@ def state(tmp_path_factory):
                  for i in range(3) for side in "ab"]  # fmt: skip
         lake.append("views", pa.Table.from_pylist(views, schema=VIEWS))
         version = record_corpus_version(lake, "c", ["s0", "s1", "s2"], run_id="seed")
-        snapshot = create_pairs_snapshot(lake, recipe="r", corpus="c", corpus_version=version, config_a="ha",
-                                         configs_b=["hb"], run_id="seed")  # fmt: skip
+        snapshot = create_pairs_snapshot(lake, recipe="r", corpus="c", corpus_version=version,
+                                         pairings=[("ha", "hb")], run_id="seed")  # fmt: skip
     assert snapshot.n_pairs == 3
     return root, snapshot.name
 

@@ -71,8 +71,8 @@ def seeded_lake(tmp_path):
     lake.append("sentences", pa.Table.from_pylist(sentences, schema=SENTENCES))
     lake.append("views", pa.Table.from_pylist(views, schema=VIEWS))
     version = record_corpus_version(lake, "c", ["s0", "s1", "s2", "s3"], run_id="seed")
-    snapshot = create_pairs_snapshot(lake, recipe="r", corpus="c", corpus_version=version, config_a="hi" * 8,
-                                     configs_b=["hs" * 8], run_id="seed")  # fmt: skip
+    snapshot = create_pairs_snapshot(lake, recipe="r", corpus="c", corpus_version=version,
+                                     pairings=[("hi" * 8, "hs" * 8)], run_id="seed")  # fmt: skip
     yield lake, snapshot.name
     lake.close()
 

@@ -28,7 +28,7 @@ def _seed(lake: Lake, n: int = 6, chunks: int = 3) -> str:
 
 def _snapshot(lake: Lake, version: str):
     return create_pairs_snapshot(
-        lake, recipe="r", corpus="c", corpus_version=version, config_a="hA", configs_b=["hB"], run_id="run"
+        lake, recipe="r", corpus="c", corpus_version=version, pairings=[("hA", "hB")], run_id="run"
     )
 
 

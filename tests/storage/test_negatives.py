@@ -66,8 +66,8 @@ TEXTS = {"s0": ["x0", "y0"], "s1": ["x1", "y1"], "s2": ["x2"]}  # s2 has too few
 
 
 def _snapshot(lake: Lake, version: str, negatives=None):
-    return create_pairs_snapshot(lake, recipe="r", corpus="c", corpus_version=version, config_a="ha",
-                                 configs_b=["hb"], run_id="run", negatives=negatives)  # fmt: skip
+    return create_pairs_snapshot(lake, recipe="r", corpus="c", corpus_version=version,
+                                 pairings=[("ha", "hb")], run_id="run", negatives=negatives)  # fmt: skip
 
 
 def test_negatives_are_written_with_their_pairs_and_read_back_by_rank(tmp_path):

@@ -40,7 +40,7 @@ def _seed(lake: Lake, statuses_b: list[str]) -> str:
 
 def _snapshot(lake: Lake, version: str, run_id: str):
     return create_pairs_snapshot(
-        lake, recipe="r", corpus="c", corpus_version=version, config_a="ha", configs_b=["hb"], run_id=run_id
+        lake, recipe="r", corpus="c", corpus_version=version, pairings=[("ha", "hb")], run_id=run_id
     )
 
 
@@ -109,3 +109,21 @@ def test_compaction_merges_small_commits_and_keeps_every_row(tmp_path):
         lake.compact()
         assert lake.scalar(files) == 1
         assert lake.scalar("SELECT count(DISTINCT sentence_id) FROM sentences") == 60
+
+
+def test_pairings_pair_several_view_configurations_in_one_snapshot(tmp_path):
+    """English with each translation and the translations with each other: every pairing's
+    pairs, each once; one pairing alone gives exactly the snapshot it always gave."""
+    with Lake(tmp_path / "lake") as lake:
+        version = _seed(lake, ["kept", "rejected", "kept"])
+        third = [{"view_id": f"c{i}", "sentence_id": f"s{i}", "augmenter": "C", "config_hash": "hc",
+                  "text": f"view c {i}", "lang": "es", "status": "kept"} for i in range(3)]  # fmt: skip
+        lake.append("views", pa.Table.from_pylist(third, schema=VIEWS))
+        alone = _snapshot(lake, version, "run1")
+        both = create_pairs_snapshot(lake, recipe="r", corpus="c", corpus_version=version,
+                                     pairings=[("ha", "hb"), ("ha", "hc"), ("hb", "hc")], run_id="run2")  # fmt: skip
+        pairs = lake.arrow("SELECT view_a_id, view_b_id, lang_b FROM pairs WHERE snapshot = ?", [both.name])
+    got = sorted(zip(pairs["view_a_id"].to_pylist(), pairs["view_b_id"].to_pylist(), strict=True))
+    assert got == [("a0", "b0"), ("a0", "c0"), ("a1", "c1"), ("a2", "b2"), ("a2", "c2"), ("b0", "c0"), ("b2", "c2")]
+    assert both.name != alone.name and alone.n_pairs == 2
+    assert set(pairs["lang_b"].to_pylist()) == {"en", "es"}
