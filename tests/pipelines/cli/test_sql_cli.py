@@ -17,7 +17,7 @@ from viewmill.storage.schema import VIEWS
 from viewmill.storage.snapshots import create_pairs_snapshot
 
 from tests.lake_state import lake_state, small_lake
-from tests.pipelines.test_sql_sandbox import lake_files
+from tests.pipelines.cli.test_sql_sandbox import lake_files
 
 runner = CliRunner()
 SEVEN_WAY = "SELECT count(*) FROM " + ", ".join(f"range(100) t{i}" for i in range(7))
