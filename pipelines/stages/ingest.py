@@ -79,8 +79,12 @@ def ingest_stage(ctx: RunContext) -> IngestReport:
 
 
 def stored_sentence_ids(lake: Lake, corpus: str) -> np.ndarray:
-    """The 64-bit ids of the corpus's sentences already in the lake, sorted."""
-    query = "SELECT ('0x' || sentence_id)::UBIGINT AS id FROM sentences WHERE corpus = ? ORDER BY id"
+    """The 64-bit ids of the corpus's sentences already in the lake, sorted. An id of another
+    form (written outside viewmill) can equal no id ingest makes, so it is passed over."""
+    query = (
+        "SELECT ('0x' || sentence_id)::UBIGINT AS id FROM sentences "
+        "WHERE corpus = ? AND regexp_full_match(sentence_id, '[0-9a-f]{16}') ORDER BY id"
+    )
     return lake.arrow(query, [corpus])["id"].to_numpy()
 
 

@@ -80,3 +80,15 @@ def test_a_second_ingest_adds_only_new_sentences_and_versions_all_it_kept(tmp_pa
                              [second.corpus_version])  # fmt: skip
         assert sorted(members["sentence_id"].to_pylist()) == ids
         assert lake.scalar("SELECT count(*) - count(DISTINCT sentence_id) FROM sentences") == 0
+
+
+def test_ids_written_outside_viewmill_are_passed_over_by_the_stored_id_check(tmp_path):
+    state = tmp_path / "state"
+    ctx = _context(tmp_path, _lines(20), state)
+    from tests.lake_state import small_lake
+
+    small_lake(state / "lake")  # corpus "c", ids "s0".."s2"
+    with Lake(state / "lake") as lake:
+        lake.con.execute("UPDATE sentences SET corpus = ?", [ctx.recipe.corpus_name])
+    report = ingest_stage(ctx)
+    assert (report.sentences, report.new_sentences) == (20, 20)
