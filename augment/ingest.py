@@ -80,8 +80,12 @@ class CorpusStream:
         self.stats = self.keep.stats
         self.nli_pairs = NLI_PAIRS.empty_table()
         self._kept_ids: np.ndarray | None = None
+        self._started = False
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        if self._started:
+            raise RuntimeError("a CorpusStream reads its corpus once: make another for a second read")
+        self._started = True
         limit, nli_links, stats = self.settings.limit, self.settings.nli_links, self.stats
         halves: dict[str, dict[str, tuple[str, RawLine]]] = {}
 
