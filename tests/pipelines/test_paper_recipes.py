@@ -52,7 +52,7 @@ def test_paper_recipe_runs_on_tiny_models(tmp_path, tiny_hub, name, monkeypatch)
     recipe = _localised(name, tiny_hub, corpus)
     state = StatePaths(tmp_path / "state")
     summary = run_recipe(RunContext(recipe, state))
-    partners = recipe.pair.partners
+    pairings = recipe.pair.pairs
     assert all(report["new_views"] == 8 for report in summary["augment"].values())
     with Lake(state.lake, read_only=True) as lake:
         langs = {
@@ -61,7 +61,7 @@ def test_paper_recipe_runs_on_tiny_models(tmp_path, tiny_hub, name, monkeypatch)
         pairs = lake.scalar("SELECT count(*) FROM pairs")
         engines = lake.scalar("SELECT count(DISTINCT engine) FROM translations")
     assert pairs == summary["snapshot"]["n_pairs"] > 0
-    assert pairs <= 8 * len(partners)
+    assert pairs <= 8 * len(pairings)
     assert engines == 1  # ctranslate2, as the recipe says
     if name.startswith("multilingual"):
         assert langs == {"en": "en", "fwd_ar": "ar", "fwd_es": "es", "fwd_tr": "tr", "fwd_de": "de", "fwd_fr": "fr"}
