@@ -341,12 +341,12 @@ class Lake:
         memory stays flat however many rows come. Returns the number of rows inserted.
         """
         schema = TABLES[table]
+        source_error: list[BaseException] = []  # what a streamed source raised, if it failed
         if isinstance(rows, pa.Table):
             if rows.num_rows == 0:
                 return 0
             incoming: pa.Table | pa.RecordBatchReader = rows.select(schema.names).cast(schema)
         else:
-            source_error: list[BaseException] = []
             incoming = pa.RecordBatchReader.from_batches(schema, _conformed(rows, schema, source_error))
         columns = ", ".join(schema.names)
         if unique_on:
@@ -360,7 +360,7 @@ class Lake:
                 inserted = self.con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {source}")
                 count = inserted.fetchone()
             except duckdb.Error:
-                if not isinstance(rows, pa.Table) and source_error:
+                if source_error:
                     raise source_error[0] from None  # the stream's own error, not DuckDB's wrapping of it
                 raise
             finally:

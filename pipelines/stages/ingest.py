@@ -95,8 +95,8 @@ def unstored(batches: Iterable[pa.RecordBatch], known: np.ndarray) -> pa.RecordB
     def fresh() -> Iterator[pa.RecordBatch]:
         for batch in batches:
             ids = ids_of(batch["sentence_id"])
-            at = np.minimum(np.searchsorted(known, ids), max(len(known) - 1, 0))
-            stored = known[at] == ids if len(known) else np.zeros(len(ids), bool)
+            stored = known[np.minimum(np.searchsorted(known, ids), len(known) - 1)] == ids
             yield batch.filter(pa.array(~stored)) if stored.any() else batch
 
-    return pa.RecordBatchReader.from_batches(SENTENCES, fresh())
+    # A corpus new to the lake (the usual case) has nothing to check.
+    return pa.RecordBatchReader.from_batches(SENTENCES, fresh() if len(known) else iter(batches))
