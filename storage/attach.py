@@ -20,7 +20,7 @@ import duckdb
 from viewmill.storage.catalog import Catalog, extension_path, s3_secret_sql, sql_literal
 from viewmill.storage.lake import CATALOG_NAME, Lake, LakeError
 from viewmill.storage.lake_files import META
-from viewmill.storage.sandbox import refuse_output_in_lake
+from viewmill.storage.output_paths import OutputGuard
 from viewmill.storage.schema import TABLES
 from viewmill.storage.snapshots import EXPORT_FORMATS
 
@@ -213,16 +213,13 @@ def export_table(lake: Lake, table: str, path: Path, fmt: str | None = None) -> 
     then renamed); a path inside the lake is refused. Returns the number of rows."""
     if table not in TABLES:
         raise LakeError(f"the lake has no table '{table}': choose one of {', '.join(sorted(TABLES))}")
-    refuse_output_in_lake(path, lake.root, lake.catalog, lake.data_path)
+    guard = OutputGuard.of(lake)
+    guard.check(path)
     fmt = fmt or {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix)
     if fmt not in EXPORT_FORMATS:
         raise LakeError(f"cannot tell the export format of {path}: name it .parquet or .jsonl, or pass --format")
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    try:  # one statement: the rows and their count come from one snapshot of the lake
+    with guard.atomic(path) as partial:  # one statement: the rows and their count come from one snapshot
         row = lake.con.execute(f"COPY (SELECT * FROM {table}) TO {sql_literal(str(partial))} {EXPORT_FORMATS[fmt]}")
         written = row.fetchone()
-        partial.replace(path)
-    finally:
-        partial.unlink(missing_ok=True)
     return int(written[0]) if written else 0

@@ -9,7 +9,7 @@ Three layers, because no one of them is enough alone:
    then `lock_configuration`; the catalog attached read-only, and for a SQLite catalog, a
    private copy of it, so even DuckDB's own file access never holds the real catalog's path;
 3. limits: a time limit (DuckDB's interrupt, from a timer) and a memory limit.
-Output files never land inside the lake (`refuse_output_in_lake`).
+Output files never land on the lake (`storage.output_paths.OutputGuard`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import duckdb
 import pyarrow as pa
 from viewmill.storage.catalog import Catalog, LakeError, redact, sql_literal
 from viewmill.storage.lake import Lake
+from viewmill.storage.output_paths import OutputGuard, OutputRefused
 from viewmill.storage.sandbox_check import QueryRefused, checked_query
 from viewmill.storage.sandbox_policy import CREDENTIAL_SETTINGS
 
@@ -38,17 +39,12 @@ __all__ = [
     "QueryLimits",
     "QueryRefused",
     "open_query_lake",
-    "refuse_output_in_lake",
     "run_query",
 ]
 
 _SIZE = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 # Where credentials come from, so that no message carries one even if DuckDB quotes it.
 _CREDENTIAL_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
-
-
-class OutputRefused(LakeError):
-    """An output path that would land on the lake's own files."""
 
 
 class QueryLimitHit(LakeError):
@@ -149,7 +145,8 @@ def run_query(
     limits = limits or QueryLimits()
     with open_query_lake(root, catalog, limits) as lake:
         if output is not None:
-            refuse_output_in_lake(output, Path(root), Catalog.parse(catalog, Path(root)), lake.data_path)
+            # The real catalog, not the private copy the query reads.
+            OutputGuard(Path(root), Catalog.parse(catalog, Path(root)), lake.data_path).check(output)
         try:
             return _fetch(lake, query, limits)
         except QueryRefused as exc:
@@ -195,25 +192,3 @@ def _scrubbed(message: str, lake: Lake) -> str:
         if len(secret) >= 8:  # a shorter value (moto's "test") would mangle ordinary words and paths
             message = message.replace(secret, "***")
     return redact(message)
-
-
-def refuse_output_in_lake(path: Path, root: Path, catalog: Catalog, data_path: str) -> None:
-    """Refuse (OutputRefused) an output path inside the lake folder or its data folder, or one
-    that is the catalog file or its journal, however reached (symlinks resolved)."""
-    target = path.expanduser().resolve()
-    folders = [Path(root).resolve()] + ([] if data_path.startswith("s3://") else [Path(data_path).resolve()])
-    for folder in folders:
-        if target == folder or folder in target.parents:
-            raise OutputRefused(
-                f"refusing to write {path}: it is inside the lake ({folder}), where it could overwrite the "
-                "catalog or a data file; write it outside the state directory's lake"
-            )
-    if catalog.kind == "postgres":
-        return
-    known = Path(catalog.target).resolve()
-    same_file = target.exists() and known.exists() and os.path.samefile(target, known)
-    if same_file or (target.parent == known.parent and target.name.startswith(known.name)):
-        raise OutputRefused(
-            f"refusing to write {path}: it is the lake's catalog {catalog.target} (or its journal); "
-            "write it somewhere else"
-        )

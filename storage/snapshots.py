@@ -23,7 +23,7 @@ from viewmill.storage.negatives import (
     negatives_lists_sql,
     snapshot_negatives,
 )
-from viewmill.storage.sandbox import refuse_output_in_lake
+from viewmill.storage.output_paths import OutputGuard
 from viewmill.storage.schema import SNAPSHOTS
 
 
@@ -226,8 +226,9 @@ def export_snapshot(lake: Lake, snapshot: str, path: Path, fmt: str | None = Non
     (written aside, then renamed); a path inside the lake (or its catalog, however linked) is
     refused. Returns the number of pairs.
     """
-    refuse_output_in_lake(path, lake.root, lake.catalog, lake.data_path)
+    guard = OutputGuard.of(lake)
     fmt = fmt or {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix)
+    guard.check(path, replaces_folder=fmt == HF_FORMAT)
     if fmt not in (*EXPORT_FORMATS, HF_FORMAT):
         raise LakeError(
             f"cannot tell the export format of {path}: name it .parquet or .jsonl, or pass --format "
@@ -241,12 +242,8 @@ def export_snapshot(lake: Lake, snapshot: str, path: Path, fmt: str | None = Non
     if fmt == HF_FORMAT:
         _save_dataset(lake, query, path)
         return int(record["n_pairs"])
-    partial = path.with_name(f".{path.name}.partial")
-    try:
+    with guard.atomic(path) as partial:
         lake.con.execute(f"COPY ({query}) TO {_literal(str(partial))} {EXPORT_FORMATS[fmt]}")
-        partial.replace(path)
-    finally:
-        partial.unlink(missing_ok=True)
     return int(record["n_pairs"])
 
 

@@ -6,9 +6,7 @@ Results go to stdout or a file; progress and status never do (they go to stderr)
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from enum import StrEnum
 from pathlib import Path
 
@@ -57,24 +55,19 @@ def render(table: pa.Table, fmt: OutputFormat) -> bytes:
 
 
 def write_file(table: pa.Table, fmt: OutputFormat, path: Path) -> None:
-    """Written to a temporary file beside `path`, then renamed: a failed write leaves no partial file."""
+    """Written to a temporary file beside `path`, then renamed: a failed write leaves no partial file
+    and the old `path` as it was."""
     if fmt is OutputFormat.table:
         raise OutputError("--output needs --format csv, json or parquet (table is for the terminal)")
-    path = path.expanduser()
-    if not path.parent.is_dir():
-        raise OutputError(f"cannot write {path}: the folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    from viewmill.storage.output_paths import atomic_file  # the path was checked against the lake (run_query)
+
+    with atomic_file(path.expanduser()) as tmp:
         if fmt is OutputFormat.parquet:
             import pyarrow.parquet as pq
 
             pq.write_table(table, tmp)
         else:
-            Path(tmp).write_bytes(render(table, fmt))
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+            tmp.write_bytes(render(table, fmt))
 
 
 def write_stdout(table: pa.Table, fmt: OutputFormat, console: Console) -> None:
