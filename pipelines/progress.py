@@ -86,16 +86,38 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _rate(per_second: float, unit: str) -> str:
+    """A throughput as people read it: "12 sentences/s", "0.45 steps/s", or for slow work "8.2 s/step"."""
+    if per_second >= 10:
+        return f"{per_second:.0f} {unit}/s"
+    if per_second >= 0.5:
+        return f"{per_second:.1f} {unit}/s"
+    return f"{1 / per_second:.1f} s/{unit.removesuffix('s')}"
+
+
 class PlainProgress:
     """Where a stage stands, as plain lines: `advance` records, `tick` (called by a timer)
-    reports, `close` ends with one line. Safe to call from two threads."""
+    reports, `close` ends with one line. Safe to call from two threads.
 
-    def __init__(self, description: str, total: int | None, emit: Emit, clock: Callable[[], float] = time.monotonic):
-        self.description, self.done, self.total = description, 0, total
+    The estimate comes from the rate of the counted work alone: its clock starts at the first
+    `advance` (a model loading before it is not counted) and stops during a `phase` (dev
+    scoring between training steps), which gets lines of its own. No estimate before a rate exists.
+    """
+
+    def __init__(
+        self, description: str, total: int | None, emit: Emit, clock: Callable[[], float] = time.monotonic,
+        unit: str | None = None,
+    ) -> None:  # fmt: skip
+        self.description, self.done, self.total, self.unit = description, 0, total, unit
         self._emit, self._clock = emit, clock
         self._started = clock()
         self._announced = False
         self._lock = threading.Lock()
+        self._rate_from: tuple[float, int] | None = None  # (time, done) of the first advance
+        self._paused = 0.0  # seconds spent in phases since then
+        self._phase: str | None = None  # what the stage does outside the counted work, shown
+        self._phase_title, self._phase_started = "", 0.0
+        self._phase_shown = False
         if total:
             self._announce()
 
@@ -106,17 +128,70 @@ class PlainProgress:
 
     def advance(self, done: int, total: int | None) -> None:
         with self._lock:
+            if self._rate_from is None:
+                self._rate_from = (self._clock(), done)
             self.done, self.total = done, total
             if not self._announced and (total is None or total > 0):
                 self._announce()
 
+    __call__ = advance
+
+    def doing(self, what: str) -> None:
+        """Say what the stage does now ("loading model X", "scoring dev: stsb-dev 1/2"); until
+        `done_doing`, its time is not counted in the rate and lines say it instead."""
+        with self._lock:
+            if self._phase is None:
+                self._phase_title, self._phase_started, self._phase_shown = what, self._clock(), False
+            self._phase = what
+
+    def done_doing(self) -> None:
+        """Back to the counted work; a phase that was long enough to be shown says it ended."""
+        with self._lock:
+            if self._phase is None:
+                return
+            now = self._clock()
+            if self._phase_shown:
+                self._emit(f"{self.description}: {self._phase_title}: done in {_duration(now - self._phase_started)}")
+            if self._rate_from is not None:
+                self._paused += now - max(self._phase_started, self._rate_from[0])
+            self._phase = None
+
+    @contextmanager
+    def phase(self, what: str) -> Iterator[None]:
+        """`doing(what)` for the block (`doing` inside it says where the phase stands)."""
+        self.doing(what)
+        try:
+            yield
+        finally:
+            self.done_doing()
+
+    def rate(self) -> float | None:
+        """Units of counted work per second, or None before one unit was counted."""
+        if self._rate_from is None:
+            return None
+        now = self._clock()
+        since, first = self._rate_from
+        working = now - since - self._paused
+        if self._phase is not None:
+            working -= now - max(self._phase_started, since)
+        counted = self.done - first
+        return counted / working if counted > 0 and working > 0 else None
+
     def line(self) -> str:
-        elapsed = self._clock() - self._started
-        if not self.total:
-            return f"{self.description}: {self.done} done, {_duration(elapsed)} elapsed"
-        share = self.done / self.total
-        left = f", about {_duration(elapsed / share - elapsed)} left" if 0 < share < 1 else ""
-        return f"{self.description}: {self.done}/{self.total} ({share:.0%}), {_duration(elapsed)} elapsed{left}"
+        now = self._clock()
+        elapsed = _duration(now - self._started)
+        count = f"{self.done}/{self.total}" if self.total else f"{self.done} done"
+        if self._phase is not None:
+            self._phase_shown = True
+            return f"{self.description}: {self._phase}, {_duration(now - self._phase_started)} so far ({count}, " \
+                   f"{elapsed} elapsed)"  # fmt: skip
+        rate = self.rate()
+        parts = [f"{count} ({self.done / self.total:.0%})" if self.total else count, f"{elapsed} elapsed"]
+        if rate is not None and self.unit:
+            parts.append(_rate(rate, self.unit))
+        if rate is not None and self.total and self.done < self.total:
+            parts.append(f"about {_duration((self.total - self.done) / rate)} left")
+        return f"{self.description}: {', '.join(parts)}"
 
     def tick(self) -> None:
         with self._lock:
@@ -130,9 +205,12 @@ class PlainProgress:
             elapsed = _duration(self._clock() - self._started)
             count = f"{self.done}/{self.total}" if self.total is not None else str(self.done)
             if failed:
-                self._emit(f"{self.description}: stopped at {count} after {elapsed}")
-            else:
-                self._emit(f"{self.description}: done, {count} in {elapsed}")
+                where = f" while {self._phase}" if self._phase is not None else ""
+                self._emit(f"{self.description}: stopped at {count}{where} after {elapsed}")
+                return
+            rate = self.rate()
+            speed = f" ({_rate(rate, self.unit)})" if rate is not None and self.unit else ""
+            self._emit(f"{self.description}: done, {count} in {elapsed}{speed}")
 
 
 def _stderr_line(text: str) -> None:
@@ -140,10 +218,12 @@ def _stderr_line(text: str) -> None:
 
 
 @contextmanager
-def plain_progress(description: str, total: int | None, emit: Emit, interval: float) -> Iterator[Advance]:
+def plain_progress(
+    description: str, total: int | None, emit: Emit, interval: float, unit: str | None = None
+) -> Iterator[PlainProgress]:
     """Plain lines for the block: a timer thread reports every `interval` seconds, also while
     one step takes long (a model loading, a slow batch)."""
-    lines = PlainProgress(description, total, emit)
+    lines = PlainProgress(description, total, emit, unit=unit)
     stop = threading.Event()
 
     def report() -> None:
@@ -154,7 +234,7 @@ def plain_progress(description: str, total: int | None, emit: Emit, interval: fl
     timer.start()
     failed = True
     try:
-        yield lines.advance
+        yield lines
         failed = False
     finally:
         stop.set()
@@ -162,52 +242,77 @@ def plain_progress(description: str, total: int | None, emit: Emit, interval: fl
         lines.close(failed=failed)
 
 
-@contextmanager
-def _rich_bar(description: str, total: int | None) -> Iterator[Advance]:
-    """A bar on stderr, started once there is work (no 0/0 bar for a stage with nothing to do)."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+class _RichProgress:
+    """The bar's side of PlainProgress's interface: `advance` (also as a call), and `doing`,
+    shown after the description; a bar starts once there is work (no 0/0 bar)."""
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TimeRemainingColumn())  # fmt: skip
-    progress = Progress(*columns, console=Console(stderr=True), transient=False)
-    task = None
+    def __init__(self, description: str, unit: str | None) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    def advance(done: int, new_total: int | None) -> None:
-        nonlocal task
-        if task is None:
-            if new_total == 0:
+        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[speed]}")]  # fmt: skip
+        self.bar = Progress(*columns, console=Console(stderr=True), transient=False)
+        self.description, self.unit = description, unit
+        self.task = None
+        self.plain = PlainProgress(description, None, lambda _: None, unit=unit)  # the rate and estimate
+
+    def show(self, total: int | None) -> None:
+        """The bar, before any work is counted (the rate's clock starts at the first advance)."""
+        self.bar.start()
+        self.task = self.bar.add_task(self.description, total=total, speed="")
+
+    def advance(self, done: int, total: int | None) -> None:
+        if self.task is None:
+            if total == 0:
                 return
-            progress.start()
-            task = progress.add_task(description, total=new_total)
-        progress.update(task, completed=done, total=new_total)
+            self.show(total)
+        self.plain.advance(done, total)
+        rate = self.plain.rate()
+        speed = [_rate(rate, self.unit)] if rate is not None and self.unit else []
+        if rate is not None and total and done < total:
+            speed.append(f"about {_duration((total - done) / rate)} left")
+        self.bar.update(self.task, completed=done, total=total, speed=", ".join(speed))
 
-    if total:
-        advance(0, total)
-    try:
-        yield advance
-    finally:
-        if task is not None:
-            progress.stop()
+    __call__ = advance
+
+    def doing(self, what: str) -> None:
+        self.plain.doing(what)
+        if self.task is not None:
+            self.bar.update(self.task, description=f"{self.description}: {what}")
+
+    def done_doing(self) -> None:
+        self.plain.done_doing()
+        if self.task is not None:
+            self.bar.update(self.task, description=self.description)
+
+    phase = PlainProgress.phase
 
 
 @contextmanager
-def progress_bar(description: str, total: int | None = None) -> Iterator[Advance]:
-    """Yields advance(done, total) for the block: a bar on a terminal, plain lines elsewhere
-    (into the Prefect run's log inside a flow run)."""
+def _rich_bar(description: str, total: int | None, unit: str | None) -> Iterator[_RichProgress]:
+    progress = _RichProgress(description, unit)
+    if total:
+        progress.show(total)
+    try:
+        yield progress
+    finally:
+        if progress.task is not None:
+            progress.bar.stop()
+
+
+@contextmanager
+def progress_bar(description: str, total: int | None = None, unit: str | None = None) -> Iterator[PlainProgress]:
+    """Yields the stage's progress for the block: call it as advance(done, total), and say what
+    it does outside the counted work with `phase(what)` / `doing(what)`. `unit` ("steps",
+    "sentences") adds the throughput. A bar on a terminal, plain lines elsewhere (into the
+    Prefect run's log inside a flow run)."""
     quiet_library_bars()  # a worker's flow run did not start at the CLI, which does this too
     logger = run_logger()
     if logger is None and sys.stderr.isatty():
-        with _rich_bar(description, total) as advance:
-            yield advance
+        with _rich_bar(description, total, unit) as bar:
+            yield bar  # type: ignore[misc]  # the same interface
         return
     emit = logger.info if logger is not None else _stderr_line
-    with plain_progress(description, total, emit, progress_interval()) as advance:
-        yield advance
+    with plain_progress(description, total, emit, progress_interval(), unit) as lines:
+        yield lines

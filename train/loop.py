@@ -7,6 +7,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,10 @@ class TrainReport:
     selected_step: int | None = None  # the step whose weights were exported; 0: the starting model
 
 
+# "loading model X" -> a block the caller's progress reports as that, outside its rate of steps.
+Phase = Callable[[str], AbstractContextManager[None]]
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -56,6 +61,7 @@ def train_model(
     keys: Sequence[str] | None = None,
     on_step: Callable[[int, float], None] | None = None,
     dev: DevScore | None = None,
+    phase: Phase | None = None,
 ) -> TrainReport:
     """Fit `config.objective` on (view a, view b) pairs starting from `base_model`; export to `out_dir`.
 
@@ -73,7 +79,8 @@ def train_model(
 
     The export is written to a temporary sibling and renamed into place, so `out_dir`
     either holds a complete model with its manifest or does not exist. The exported
-    model truncates at `config.max_length`, as training did.
+    model truncates at `config.max_length`, as training did. `phase(what)` wraps the work
+    that is not a step (loading the model), so progress can say it and leave it out of its rate.
     """
     if config.eval_every and dev is None:
         raise ValueError("eval_every needs dev data: set train.dev in the recipe (an STS-B dev file)")
@@ -81,7 +88,8 @@ def train_model(
     # Rank 0 alone writes checkpoints and the export; under torchrun the other ranks take no lock.
     lock = model_lock(checkpoint_dir, "checkpoints of") if distributed.is_main() else contextlib.nullcontext()
     with lock:
-        return _fit(pairs, base_model, config, out_dir, checkpoint_dir, card=card, keys=keys, on_step=on_step, dev=dev)
+        return _fit(pairs, base_model, config, out_dir, checkpoint_dir, card=card, keys=keys, on_step=on_step, dev=dev,
+                    phase=phase or (lambda _: contextlib.nullcontext()))  # fmt: skip
 
 
 @dataclass
@@ -102,14 +110,17 @@ class _Run:
     after_step: Callable[[], None] | None = None
 
 
-def _fit(pairs, base_model, config, out_dir, checkpoint_dir, *, card, keys, on_step, dev) -> TrainReport:
+def _fit(pairs, base_model, config, out_dir, checkpoint_dir, *, card, keys, on_step, dev, phase) -> TrainReport:
     device = distributed.init_from_environment(config.device)
     if config.batch_size % distributed.world_size():
         raise ValueError(f"batch_size {config.batch_size} must divide evenly over {distributed.world_size()} ranks")
     seed_everything(config.seed)
     start = time.perf_counter()
     source = training_texts(pairs, config.objective)  # refused before the model loads
-    run = _start(config, base_model, device, checkpoint_dir, card, dev)
+    with phase(f"loading model {base_model}"):
+        run = _start(config, base_model, device, checkpoint_dir, card)
+    if run.main and config.eval_every and not run.state.evals:  # the start's dev scores
+        record_dev(config, run.state, 0, score_dev(dev, run.exported, run.objective), run.exported, run.checkpoints)
     plan = batches(source.lengths(), config.batch_size, config.steps, config.seed, keys=keys)
     _steps(run, source, plan, dev, on_step)
     state = run.state
@@ -119,11 +130,8 @@ def _fit(pairs, base_model, config, out_dir, checkpoint_dir, *, card, keys, on_s
     return _export(run, len(source), out_dir, card, time.perf_counter() - start)
 
 
-def _start(
-    config: TrainConfig, base_model: str, device: str, checkpoint_dir: Path, card: dict, dev: DevScore | None
-) -> _Run:
-    """The objective, optimiser and loss scaler, restored from the checkpoint when there is one;
-    the starting model's dev score when training selects on dev."""
+def _start(config: TrainConfig, base_model: str, device: str, checkpoint_dir: Path, card: dict) -> _Run:
+    """The objective, optimiser and loss scaler, restored from the checkpoint when there is one."""
     objective, exported, tokenizer = prepare(config, base_model, device)
     optimizer = make_optimizer(config, objective)
     scaler = torch.amp.GradScaler(torch.device(device).type) if config.precision == "fp16" else None
@@ -131,8 +139,6 @@ def _start(
     state = checkpoints.restore(objective, optimizer, scaler) or RunState()
     distributed.barrier()  # every rank has read the checkpoint before rank 0 may write the next
     main = distributed.is_main()
-    if main and config.eval_every and not state.evals:
-        record_dev(config, state, 0, score_dev(dev, exported, objective), exported, checkpoints)
     model = objective
     if distributed.world_size() > 1:
         # Unused parameters: the encoder while the head warms up.

@@ -127,8 +127,9 @@ def augment_shard(
     configs: list[str] = []
     with (settings or Settings()).open_lake(lake_root) as lake:
         for current in (*earlier, spec):
-            label = f"augment {current.name} shard {part.index + 1}/{part.count}"
-            with progress_bar(label) as advance, lent_producer(current, lake, run_id) as producer:
+            engine = getattr(current, "engine", None) or current.method  # the rate is the engine's
+            label = f"augment {current.name} ({engine}) shard {part.index + 1}/{part.count}"
+            with progress_bar(label, unit="sentences") as advance, lent_producer(current, lake, run_id) as producer:
                 report = make_shard_views(
                     lake, corpus, current, filters, run_id=run_id, shard=part, chunk_size=chunk_sentences,
                     on_progress=advance, judge=_after(judge, configs), producer=producer,

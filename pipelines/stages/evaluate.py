@@ -127,8 +127,9 @@ def _score(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Score the model on `todo`: its rows go to `done` (per task) and come back as `evals` rows."""
     new_rows = []
-    with progress_bar(f"evaluate {target.label}", total=len(todo)) as advance:  # loading shown too
-        embed = Embedder(load_sentence_model(target.path, pooling=target.pooling), batch_size=batch_size)
+    with progress_bar(f"evaluate {target.label}", total=len(todo)) as advance:
+        with advance.phase(f"loading model {target.path}"):
+            embed = Embedder(load_sentence_model(target.path, pooling=target.pooling), batch_size=batch_size)
         for i, task in enumerate(todo, start=1):
             for row in suite.score(embed, task):
                 row = {"task": task.name, **row, "data_hash": data_hashes[task.name]}

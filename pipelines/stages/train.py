@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from viewmill.pipelines.context import RunContext
-from viewmill.pipelines.progress import progress_bar
+from viewmill.pipelines.progress import PlainProgress, progress_bar
 from viewmill.pipelines.recipe import DevTask, TrainSpec
 from viewmill.pipelines.stages.evaluate import task_data_hash
 from viewmill.storage.ids import fingerprint
@@ -100,10 +100,10 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
             "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
             "corpus_datasets": corpus_datasets(ctx.recipe.corpus.format, ctx.recipe.corpus.files),
             "dev_task": ", ".join(task.name for task in spec.dev_tasks) or None}  # fmt: skip
-    keys, dev = table["sentence_id"].to_pylist(), _dev_scorer(spec.dev_tasks)
-    with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps) as advance:
-        return train_model(table, base, spec, staged, card=card, keys=keys,
-                           on_step=lambda step, _: advance(step, spec.steps), dev=dev)  # fmt: skip
+    keys = table["sentence_id"].to_pylist()
+    with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps, unit="steps") as progress:
+        return train_model(table, base, spec, staged, card=card, keys=keys, dev=_dev_scorer(spec.dev_tasks, progress),
+                           on_step=lambda step, _: progress(step, spec.steps), phase=progress.phase)  # fmt: skip
 
 
 def with_sources(lake: Lake, pairs: pa.Table, purpose: str) -> pa.Table:
@@ -139,14 +139,23 @@ def _publish_model(ctx: RunContext, staged: Path, out_dir: Path, model_id: str) 
         staged.rename(out_dir)
 
 
-def _dev_scorer(tasks: list[DevTask]) -> DevScore | None:
+def _dev_scorer(tasks: list[DevTask], progress: PlainProgress | None = None) -> DevScore | None:
     """Each dev task's score (sentence-transformers' own evaluator; a text shared by several
-    tasks encoded once per evaluation) and their weighted mean, the selection score."""
+    tasks encoded once per evaluation) and their weighted mean, the selection score. `progress`
+    says which task it scores, outside its rate of training steps."""
     if not tasks:
         return None
     sets = {task.name: _dev_data(task) for task in tasks}
     weights = {task.name: task.weight for task in tasks}
-    return lambda model: DevResult.of(model_scores(model, sets), weights)
+
+    def score(model) -> DevResult:
+        if progress is None:
+            return DevResult.of(model_scores(model, sets), weights)
+        with progress.phase("scoring dev"):
+            say = lambda name, i, n: progress.doing(f"scoring dev: {name} {i}/{n}")  # noqa: E731
+            return DevResult.of(model_scores(model, sets, on_set=say), weights)
+
+    return score
 
 
 def _dev_data(task: DevTask) -> StsData:

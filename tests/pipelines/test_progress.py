@@ -34,6 +34,9 @@ def test_plain_lines_say_where_a_stage_stands():
     clock, lines = FakeClock(), []
     progress = PlainProgress("train bsl (10 steps)", 10, lines.append, clock=clock)
     clock.now += 60
+    progress.advance(1, 10)
+    progress.tick()  # one step counted from: no rate yet, so no estimate
+    clock.now += 40
     progress.advance(5, 10)
     progress.tick()
     clock.now += 3600
@@ -41,9 +44,93 @@ def test_plain_lines_say_where_a_stage_stands():
     progress.close()
     assert lines == [
         "train bsl (10 steps): started (0/10)",
-        "train bsl (10 steps): 5/10 (50%), 1m00s elapsed, about 1m00s left",
+        "train bsl (10 steps): 1/10 (10%), 1m00s elapsed",
+        "train bsl (10 steps): 5/10 (50%), 1m40s elapsed, about 50s left",
         "train bsl (10 steps): done, 10/10 in 1h01m",
     ]
+
+
+DEV_TASKS = ["stsb-dev", "stsb-pt-dev", "stsb-es-dev", "en-pt", "en-es", "sick-trial"]
+
+
+def _score_dev(progress, clock: FakeClock, seconds_per_task: float) -> None:
+    """What the train stage's dev scorer does: a phase, each task said as it starts."""
+    with progress.phase("scoring dev"):
+        for i, name in enumerate(DEV_TASKS, start=1):
+            progress.doing(f"scoring dev: {name} {i}/{len(DEV_TASKS)}")
+            clock.now += seconds_per_task
+            if i == 2:
+                progress.tick()
+
+
+def test_the_estimate_is_the_rate_of_steps_with_model_loading_and_dev_scoring_left_out():
+    clock, lines = FakeClock(), []
+    progress = PlainProgress("train bsl (20 steps)", 20, lines.append, clock=clock, unit="steps")
+    with progress.phase("loading model m"):
+        clock.now += 5  # too short to be shown: no line
+    _score_dev(progress, clock, 70)  # the start's dev scores: 7 minutes, no step done
+    progress.tick()
+    for step in range(1, 11):  # 10 s a step
+        progress.advance(step, 20)
+        clock.now += 10
+        if step == 1:
+            progress.tick()  # one step seen: still no rate
+    _score_dev(progress, clock, 20)  # at step 10: 2 minutes of scoring, not steps
+    progress.advance(11, 20)
+    progress.tick()
+    assert lines[0] == "train bsl (20 steps): started (0/20)"
+    assert lines[1:4] == [
+        "train bsl (20 steps): scoring dev: stsb-pt-dev 2/6, 2m20s so far (0/20, 2m25s elapsed)",
+        "train bsl (20 steps): scoring dev: done in 7m00s",
+        "train bsl (20 steps): 0/20 (0%), 7m05s elapsed",
+    ], "no estimate before a rate exists"
+    assert lines[4] == "train bsl (20 steps): 1/20 (5%), 7m15s elapsed"
+    assert lines[5:] == [
+        "train bsl (20 steps): scoring dev: stsb-pt-dev 2/6, 40s so far (10/20, 9m25s elapsed)",
+        "train bsl (20 steps): scoring dev: done in 2m00s",
+        # 10 steps in 100 s of training: 9 steps left at 10 s each, not at (100 + 120 s of scoring) / 10
+        "train bsl (20 steps): 11/20 (55%), 10m45s elapsed, 10.0 s/step, about 1m30s left",
+    ]
+    clock.now += 90
+    progress.advance(20, 20)
+    progress.close()
+    assert lines[-1] == "train bsl (20 steps): done, 20/20 in 12m15s (10.0 s/step)"
+
+
+def test_throughput_reads_as_units_a_second():
+    clock, lines = FakeClock(), []
+    progress = PlainProgress("augment bt_es (apertium) shard 1/1", None, lines.append, clock=clock, unit="sentences")
+    progress.advance(0, 3000)
+    clock.now += 100
+    progress.advance(1200, 3000)
+    progress.tick()
+    assert lines == [
+        "augment bt_es (apertium) shard 1/1: started (0/3000)",
+        "augment bt_es (apertium) shard 1/1: 1200/3000 (40%), 1m40s elapsed, 12 sentences/s, about 2m30s left",
+    ]
+
+
+def test_off_a_terminal_a_slow_stage_says_what_it_does_and_estimates_only_from_its_steps(monkeypatch, capsys):
+    monkeypatch.setenv(INTERVAL_ENV, "0.05")
+    assert not sys.stderr.isatty()
+    with progress_bar("train fake (8 steps)", total=8, unit="steps") as progress:
+        with progress.phase("loading model fake"):
+            time.sleep(0.3)
+        with progress.phase("scoring dev"):
+            progress.doing("scoring dev: stsb-pt-dev 2/6")
+            time.sleep(0.3)
+        for step in range(1, 9):
+            time.sleep(0.05)
+            progress(step, 8)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "train fake (8 steps): started (0/8)" and err[-1].startswith("train fake (8 steps): done, 8/8 in ")
+    loading = [i for i, line in enumerate(err) if line.startswith("train fake (8 steps): loading model fake, ")]
+    scoring = [i for i, line in enumerate(err) if line.startswith("train fake (8 steps): scoring dev: stsb-pt-dev 2/6, ")]
+    assert loading and scoring and max(loading) < min(scoring), err
+    assert "train fake (8 steps): loading model fake: done in 0s" in err
+    assert "train fake (8 steps): scoring dev: done in 0s" in err
+    before_rate = err[: min(scoring) + 1]
+    assert not any("left" in line for line in before_rate), "no estimate before a step was counted"
 
 
 def test_nothing_is_said_for_a_stage_with_nothing_to_do():
@@ -110,9 +197,14 @@ def test_a_run_without_a_terminal_prints_plain_progress_lines(tmp_path, tiny_rec
     err = result.stderr
     train = [line for line in err.splitlines() if line.startswith("train ")]
     assert re.fullmatch(r"train \w+ \(\d+ steps\): started \(0/\d+\)", train[0]), train
-    assert re.fullmatch(r"train \w+ \(\d+ steps\): done, (\d+)/\1 in \d+s", train[-1]), train
-    assert len(train) >= 4 and all(re.search(PERIODIC, line) for line in train[1:-1]), train
-    assert re.search(r"^augment \S+ shard 1/1: done, 20/20 in ", err, re.M)
+    assert re.fullmatch(r"train \w+ \(\d+ steps\): done, (\d+)/\1 in \d+s \([\d.]+ (steps/s|s/step)\)", train[-1]), train
+    steps = [line for line in train[1:-1] if re.search(PERIODIC, line)]
+    doing = [line for line in train[1:-1] if line not in steps]
+    assert len(steps) >= 2 and any(re.search(r"^train \w+ \(\d+ steps\): loading model .*, \d+s so far", line)
+                                   for line in doing), train
+    assert all(re.search(r": (loading model \S+|scoring dev)(: done in \d+s|, \d+s so far)", line) for line in doing)
+    assert re.search(r"^augment \S+ \(apertium\) shard 1/1: done, 20/20 in \d+s \([\d.]+ (sentences/s|s/sentence)\)$",
+                     err, re.M), err
     assert re.search(r"^evaluate .*: done, \d+/\d+ in ", err, re.M)
     assert "\r" not in err and "━" not in err and "Loading weights" not in err
 

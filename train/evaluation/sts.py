@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from scipy.stats import spearmanr
 from viewmill.storage.datasets import missing_hint
+
+from viewmill.specs import Spec
 
 
 class EvalDataError(ValueError):
@@ -41,7 +43,7 @@ STS17_TRACKS = {
 LANG = r"^[a-z]{2,3}$"  # an ISO 639 code, as stsb-multi-mt names its files
 
 
-class StsTask(BaseModel):
+class StsTask(Spec):
     """One STS benchmark. Formats:
 
     - `stsb`: an STS Benchmark csv; `sick`: one SICK file (SentEval's SICK-R uses the test
@@ -60,8 +62,6 @@ class StsTask(BaseModel):
       (default en), second sentences in `lang_b`; cross-lingual (en-de, pt-es) or one language
       (pt-pt). `split`: dev, test (default) or train.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     format: Literal["stsb", "sick", "sick-all", "senteval-sts", "sts17", "stsb-xling"]
@@ -324,11 +324,19 @@ def model_spearman_x100(model, data: StsData, batch_size: int = 64, cache: dict 
     return float(metrics[evaluator.primary_metric] * 100)
 
 
-def model_scores(model, sets: Mapping[str, StsData], batch_size: int = 64) -> dict[str, float]:
+def model_scores(
+    model, sets: Mapping[str, StsData], batch_size: int = 64, on_set: Callable[[str, int, int], None] | None = None
+) -> dict[str, float]:
     """Each set's Spearman x100 (`model_spearman_x100`) in one pass: each distinct text of all the
-    sets is encoded once (the cache lives for this pass only: the weights change between passes)."""
+    sets is encoded once (the cache lives for this pass only: the weights change between passes).
+    `on_set(name, i, n)` is told before the i-th of the n sets is scored."""
     cache: dict[str, np.ndarray] = {}
-    return {name: model_spearman_x100(model, data, batch_size, cache) for name, data in sets.items()}
+    scores = {}
+    for i, (name, data) in enumerate(sets.items(), start=1):
+        if on_set is not None:
+            on_set(name, i, len(sets))
+        scores[name] = model_spearman_x100(model, data, batch_size, cache)
+    return scores
 
 
 @functools.cache
