@@ -124,8 +124,9 @@ def test_off_a_terminal_a_slow_stage_says_what_it_does_and_estimates_only_from_i
             progress(step, 8)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "train fake (8 steps): started (0/8)" and err[-1].startswith("train fake (8 steps): done, 8/8 in ")
-    loading = [i for i, line in enumerate(err) if line.startswith("train fake (8 steps): loading model fake, ")]
-    scoring = [i for i, line in enumerate(err) if line.startswith("train fake (8 steps): scoring dev: stsb-pt-dev 2/6, ")]
+    stage = "train fake (8 steps): "
+    loading = [i for i, line in enumerate(err) if line.startswith(f"{stage}loading model fake, ")]
+    scoring = [i for i, line in enumerate(err) if line.startswith(f"{stage}scoring dev: stsb-pt-dev 2/6, ")]
     assert loading and scoring and max(loading) < min(scoring), err
     assert "train fake (8 steps): loading model fake: done in 0s" in err
     assert "train fake (8 steps): scoring dev: done in 0s" in err
@@ -197,14 +198,17 @@ def test_a_run_without_a_terminal_prints_plain_progress_lines(tmp_path, tiny_rec
     err = result.stderr
     train = [line for line in err.splitlines() if line.startswith("train ")]
     assert re.fullmatch(r"train \w+ \(\d+ steps\): started \(0/\d+\)", train[0]), train
-    assert re.fullmatch(r"train \w+ \(\d+ steps\): done, (\d+)/\1 in \d+s \([\d.]+ (steps/s|s/step)\)", train[-1]), train
+    done = r"train \w+ \(\d+ steps\): done, (\d+)/\1 in \d+s \([\d.]+ (steps/s|s/step)\)"
+    assert re.fullmatch(done, train[-1]), train
     steps = [line for line in train[1:-1] if re.search(PERIODIC, line)]
     doing = [line for line in train[1:-1] if line not in steps]
-    assert len(steps) >= 2 and any(re.search(r"^train \w+ \(\d+ steps\): loading model .*, \d+s so far", line)
-                                   for line in doing), train
+    assert len(steps) >= 2 and any(
+        re.search(r"^train \w+ \(\d+ steps\): loading model .*, \d+s so far", line) for line in doing
+    ), train
     assert all(re.search(r": (loading model \S+|scoring dev)(: done in \d+s|, \d+s so far)", line) for line in doing)
-    assert re.search(r"^augment \S+ \(apertium\) shard 1/1: done, 20/20 in \d+s \([\d.]+ (sentences/s|s/sentence)\)$",
-                     err, re.M), err
+    assert re.search(
+        r"^augment \S+ \(apertium\) shard 1/1: done, 20/20 in \d+s \([\d.]+ (sentences/s|s/sentence)\)$", err, re.M
+    ), err
     assert re.search(r"^evaluate .*: done, \d+/\d+ in ", err, re.M)
     assert "\r" not in err and "━" not in err and "Loading weights" not in err
 
