@@ -3,7 +3,8 @@
 A sentence's id is taken over its text without invisible characters, in NFC, single-spaced
 (`id_text`). Lake data written before invisible characters were removed keeps its ids,
 except for texts that held such characters: those get a new id on their next ingest (the
-old rows stay; the corpus version names the new ids).
+old rows stay; the corpus version names the new ids). Keeping bidi controls in the stored
+text (issue 30.7) changed no id: the id never held them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ import xxhash
 # ranges Unicode keeps for future ones, so the set never grows): characters that render as
 # nothing, yet would give one visible sentence several ids.
 _IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}+")
+# Bidi controls (Unicode's Bidi_Control: LRM/RLM, ALM, the embeddings, overrides and isolates)
+# change the order the text is shown in: an override or isolate removed makes the stored text
+# read differently from the file. They stay in the stored text; the id ignores them with the
+# rest, so a sentence with and without them is one sentence (the first spelling read is kept).
+_DROPPED = regex.compile(r"[\p{Default_Ignorable_Code_Point}--\p{Bidi_Control}]+", flags=regex.V1)
 # ZWNJ and ZWJ between letters of a joining script change how the word is written (Persian
 # "می‌خواهم", Hindi conjuncts), and ZWJ and the emoji presentation selector build emoji
 # sequences (👩‍💻, ❤️): those stay in the stored text. The id ignores them too, so spellings
@@ -50,9 +56,9 @@ def _visible_part(run: regex.Match) -> str:
 
 
 def normalize_text(text: str) -> str:
-    """The form a sentence is stored in: ignorable characters removed (except the joiners
-    above), then NFC and single spaces."""
-    return " ".join(unicodedata.normalize("NFC", _IGNORABLE.sub(_visible_part, text)).split())
+    """The form a sentence is stored in: ignorable characters removed (except bidi controls
+    and the joiners above), then NFC and single spaces."""
+    return " ".join(unicodedata.normalize("NFC", _DROPPED.sub(_visible_part, text)).split())
 
 
 def id_text(text: str) -> str:

@@ -1,5 +1,5 @@
 import pytest
-from viewmill.storage.ids import fingerprint, normalize_text, sentence_id
+from viewmill.storage.ids import fingerprint, normalize_text, sentence_id, text_hash
 
 
 def test_sentence_id_is_stable_across_unicode_forms_and_whitespace():
@@ -23,7 +23,7 @@ INVISIBLE_VARIANTS = {
     "zero-width joiner": "A man plays a\u200d guitar in the caf\u00e9.",
     "zero-width non-joiner": "A man\u200c plays a guitar in the caf\u00e9.",
     "byte-order mark": "\ufeffA man plays a guitar\ufeff in the caf\u00e9.",
-    "soft hyphen, word joiner, bidi mark": "A man pla\u00adys a\u2060 guitar\u200e in the caf\u00e9.",
+    "soft hyphen, word joiner": "A man pla\u00adys a\u2060 guitar in the caf\u00e9.",
     "variation selector, tag, Hangul filler": "A man\ufe00 plays\U000e0041 a\u3164 guitar in the caf\u00e9.",
     "NFD": "A man plays a guitar in the cafe\u0301.",
     "NFD with a zero-width space between the letter and its accent": "A man plays a guitar in the cafe\u200b\u0301.",
@@ -50,3 +50,21 @@ def test_joiners_that_change_the_writing_are_kept_and_ignored_by_the_id(written,
     assert normalize_text(written) == written, "the joiner changes how the text looks: it stays"
     assert normalize_text(written.replace("\u200d", "\u200b\u200d\u200b")) == written, "stray ones go"
     assert sentence_id(written) == sentence_id(bare)
+
+
+# -- bidi controls (issue 30, item 7) ----------------------------------------------------------
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"  # Bidi_Control
+BIDI = {
+    "right-to-left override": "The code \u202eolleh\u202c says hello.",
+    "isolates": "He wrote \u2067\u05e9\u05dc\u05d5\u05dd\u2069 on the wall.",
+    "marks": "A man\u200f plays\u200e a guitar\u061c in the caf\u00e9.",
+    "embeddings": "\u202aA man\u202c \u202bplays\u202c a \u202dguitar\u202c.",
+}
+
+
+@pytest.mark.parametrize("written", BIDI.values(), ids=BIDI.keys())
+def test_bidi_controls_stay_in_the_stored_text_and_the_id_ignores_them(written):
+    bare = "".join(char for char in written if char not in BIDI_CONTROLS)
+    assert normalize_text(written) == written, "the text reads as the file did"
+    assert normalize_text(written.replace(" ", "\u200b  ")) == written, "the other invisible characters still go"
+    assert sentence_id(written) == sentence_id(bare) == text_hash(bare)
