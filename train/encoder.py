@@ -7,6 +7,7 @@ from pathlib import Path
 
 from viewmill.storage.ids import dir_fingerprint
 from viewmill.train.embedded import EmbeddedError, embedded_path
+from viewmill.train.model_files import ModelFilesError, check_model_files, check_model_folder
 
 EMBEDDED_PREFIX = "embedded:"
 
@@ -24,12 +25,23 @@ def resolve_encoder(ref: str, base_dir: Path | None = None) -> str:
             raise EncoderError(str(exc)) from exc
     path = Path(ref) if Path(ref).is_absolute() or base_dir is None else base_dir / ref
     if path.exists():
-        if not (path / "config.json").is_file():
-            raise EncoderError(f"{path} is not a transformers/sentence-transformers model directory (no config.json)")
+        check_local_model(path)
         return str(path.resolve())
     if ref.startswith((".", "/")) or ref.count("/") > 1:
         raise EncoderError(f"encoder directory not found: {path}")
     return ref  # a hub id, loaded by sentence-transformers when a hub is reachable
+
+
+def check_local_model(path: Path) -> None:
+    """Before anything loads: not a system folder, a config.json, bounded tokenizer files and
+    safetensors headers that agree with their files and the config (model_files.py)."""
+    try:
+        check_model_folder(path)
+        if not (path / "config.json").is_file():
+            raise EncoderError(f"{path} is not a transformers/sentence-transformers model directory (no config.json)")
+        check_model_files(path)
+    except ModelFilesError as exc:
+        raise EncoderError(str(exc)) from None
 
 
 def encoder_fingerprint(resolved: str) -> str:

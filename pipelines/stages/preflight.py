@@ -55,7 +55,7 @@ def preflight(ctx: RunContext) -> PreflightResult:
         suite.check(task)
     if recipe.train is not None:
         distributed.check_device(recipe.train.device)
-    encoder = resolve_encoder(recipe.train.encoder) if recipe.train is not None else None
+    encoder = check_encoder("train.encoder", recipe.train.encoder) if recipe.train is not None else None
     return PreflightResult(sources=len(recipe.corpus.files), sampled=sampled, encoder=encoder)
 
 
@@ -88,11 +88,12 @@ def stopped_at(record: Malformed) -> str:
     return f"{record.describe()} (or set corpus.on_error: skip to skip and count such records)"
 
 
-def check_encoder(key: str, ref: str) -> None:
-    """Resolve `ref` as the stage that loads it will (weights untouched); an error names the
-    recipe key and the fix, since these encoders load only after ingest has written."""
+def check_encoder(key: str, ref: str) -> str:
+    """Resolve `ref` as the stage that loads it will (weights untouched, their folder checked:
+    train/model_files.py); an error names the recipe key and the fix, since these encoders
+    load only after ingest has written."""
     try:
-        resolve_encoder(ref)
+        return resolve_encoder(ref)
     except EncoderError as exc:
         raise EncoderError(
             f"{key} '{ref}' cannot be used: {exc}; set {key} to an embedded:NAME encoder, a model directory "
