@@ -11,10 +11,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from viewmill.augment.models import release_models
-from viewmill.augment.readers import CorpusError
 from viewmill.augment.views import ShardReport
 from viewmill.pipelines.context import RunContext, new_run_id
-from viewmill.pipelines.run_record import RunSummary, record_run
+from viewmill.pipelines.run_record import FlowRunInfo, RunSummary, begin_run, end_run
 from viewmill.pipelines.stages.augment import ShardJob, augment_finish, augment_plan, run_shards_here, shard_jobs
 from viewmill.pipelines.stages.evaluate import EvalTarget, evaluate_stage
 from viewmill.pipelines.stages.ingest import ingest_stage
@@ -57,6 +56,7 @@ def run_recipe(
     snapshot: str | None = None,
     train: bool = True,
     evaluate: bool = True,
+    prefect: FlowRunInfo | None = None,
 ) -> dict[str, Any]:
     """Run every stage in order through `call` (Prefect passes one that wraps each stage in a task);
     augmentation shards go through `map_shards` (Prefect submits them to its task runner).
@@ -65,15 +65,18 @@ def run_recipe(
     `snapshot`, ingest, augment and pair are skipped and training reads that existing
     pairs snapshot; `train=False` stops after pairing, `evaluate=False` after training.
 
-    Returns the run summary (RunSummary.as_dict); the run record is written whether the run
-    succeeds or fails, except on bad input, which writes nothing at all: a preflight failure,
-    or a corpus error that ingest's full read finds before it writes.
+    `prefect` names the flow run (and deployment) the run runs in, for its `runs` row.
+
+    Returns the run summary (RunSummary.as_dict). Once preflight has passed, the run's `runs`
+    row is written (`running`) and at the end says `succeeded` or `failed` with the error, a
+    corpus error ingest's full read finds included; preflight's refusals write nothing at all.
     """
     started = datetime.now(UTC)
     timed = StageTimer(call)
     summary = RunSummary(ctx.run_id, ctx.recipe.name, timed.timings)
     if not preflight_done:
         timed("preflight", preflight, ctx)
+    begin_run(ctx, flow, started, prefect)
     try:
         if snapshot is None:
             summary.snapshot = _make_pairs(ctx, timed, map_shards, summary)
@@ -81,17 +84,14 @@ def run_recipe(
             summary.snapshot = existing_snapshot(ctx, snapshot)
         if train and ctx.recipe.train is not None:
             _train_and_evaluate(ctx, timed, summary, summary.snapshot, evaluate=evaluate)
-    except CorpusError:
-        raise  # bad input met by ingest's read, before it wrote: nothing to record, as for preflight's
     except BaseException as exc:
         try:
-            record_run(ctx, flow, started, "failed", timed.timings, summary.counts(),
-                       error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+            end_run(ctx, "failed", timed.timings, summary.counts(), error=f"{type(exc).__name__}: {exc}")
         except Exception as unrecorded:  # e.g. the same full disk: the run's own error says what failed and where
             log.warning("the failed run %s could not be recorded in `runs`: %s", ctx.run_id, unrecorded)
         raise
     timed.timings["total"] = round((datetime.now(UTC) - started).total_seconds(), 2)
-    record_run(ctx, flow, started, "succeeded", timed.timings, summary.counts())
+    end_run(ctx, "succeeded", timed.timings, summary.counts())
     return summary.as_dict()
 
 
@@ -120,10 +120,11 @@ def _train_and_evaluate(
     assert spec is not None
     evaluates = evaluate and ctx.recipe.evaluate is not None
     models = []
-    if evaluates and ctx.recipe.evaluate.baseline:
-        base = resolve_encoder(spec.encoder)
-        models.append(EvalTarget("untrained", base, model_id_of(base)))
+    base = resolve_encoder(spec.encoder)
+    start = EvalTarget("untrained", base, model_id_of(base)) if evaluates else None
+    if start is not None and ctx.recipe.evaluate.baseline:
+        models.append(start)
     summary.train = timed("train", train_stage, ctx, snap.name, snap.content_hash)
-    models.append(EvalTarget("trained", summary.train.path, summary.train.model_id, card=True))
+    models.append(EvalTarget("trained", summary.train.path, summary.train.model_id, card=True, start=start))
     if evaluates:
         summary.evals = timed("evaluate", evaluate_stage, ctx, models)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import socket
 import subprocess
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -93,9 +95,18 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
-def record_run(
-    ctx: RunContext, flow: str, started: datetime, status: str, timings: dict, counts: dict, error: str | None = None
-) -> None:
+@dataclass(frozen=True)
+class FlowRunInfo:
+    """The Prefect flow run a recipe runs in, and its deployment when it has one."""
+
+    flow_run_id: str
+    deployment_id: str | None = None
+    deployment: str | None = None  # flow/deployment
+
+
+def begin_run(ctx: RunContext, flow: str, started: datetime, prefect: FlowRunInfo | None = None) -> None:
+    """The run's `running` row, written as it starts: lineage queries see the run (and its Prefect
+    flow run) while it runs; its host and pid tell a crashed run from a running one."""
     if not distributed.is_main():  # under torchrun one run is one record
         return
     row = {
@@ -106,12 +117,21 @@ def record_run(
         "recipe_json": ctx.recipe.as_json(),
         "code_version": code_version(),
         "packages": canonical_json(package_versions()),
-        "status": status,
-        "error": error,
+        "status": "running",
         "started_at": started,
-        "finished_at": datetime.now(UTC),
-        "timings": canonical_json(timings),
-        "counts": canonical_json(counts),
+        **(asdict(prefect) if prefect is not None else {}),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
     }
     with ctx.lake() as lake, lake.transaction():
         lake.append("runs", pa.Table.from_pylist([row], schema=RUNS))
+
+
+def end_run(ctx: RunContext, status: str, timings: dict, counts: dict, error: str | None = None) -> None:
+    """The run's row says how it ended: `succeeded` or `failed` (with the error), its timings and counts."""
+    if not distributed.is_main():
+        return
+    sql = "UPDATE runs SET status = ?, error = ?, finished_at = ?, timings = ?, counts = ? WHERE run_id = ?"
+    values = [status, error, datetime.now(UTC), canonical_json(timings), canonical_json(counts), ctx.run_id]
+    with ctx.lake() as lake, lake.transaction():
+        lake.con.execute(sql, values)

@@ -111,6 +111,7 @@ def run_sweep(
     run: Callable[[RunContext], dict[str, Any]] | None = None,
     out: Path | None = None,
     settings: Settings | None = None,
+    sweep_run: str | None = None,
 ) -> SweepReport:
     """Run every configuration of the recipe's sweep (each a full recipe run: data already in
     the lake is reused, so configurations that keep the pairing share one pairs snapshot),
@@ -119,7 +120,7 @@ def run_sweep(
 
     `recipe`: the recipe file (read with `overrides`), or its recipes as the caller loaded
     them (`load_sweep`). `run` runs one configuration's recipe (Prefect passes one that makes
-    each stage a task).
+    each stage a task). `sweep_run` names the sweep (default: a new run id; Prefect's, its flow run's).
     """
     recipes = recipe if isinstance(recipe, SweepRecipes) else load_sweep(recipe, overrides)
     base = recipes.base
@@ -127,7 +128,8 @@ def run_sweep(
     assert spec is not None  # load_sweep refuses a recipe without one
     run = run or run_recipe
     tasks = [t.name for t in base.evaluate.tasks]
-    report = SweepReport(base.name, new_run_id(), spec.select_label, tasks, select_weights=spec.select_weights)
+    sweep_run = sweep_run or new_run_id()
+    report = SweepReport(base.name, sweep_run, spec.select_label, tasks, select_weights=spec.select_weights)
     configs = spec.expand()
     for config, configured in zip(configs, recipes.configs, strict=True):
         summary = run(RunContext(configured, state, settings or Settings()))

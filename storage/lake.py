@@ -39,7 +39,7 @@ from viewmill.storage.lake_files import (
     next_file_id,
     remove_rolled_back_files,
 )
-from viewmill.storage.schema import PARTITIONS, TABLES
+from viewmill.storage.schema import JSON, PARTITIONS, TABLES
 from viewmill.storage.writer_lock import WriterLock
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ __all__ = [
 
 CATALOG_NAME = "lake"
 
+JSON_COLUMNS = [(name, field.name) for name, schema in TABLES.items() for field in schema if field.type == JSON]
 
 class Lake:
     """A DuckLake: Parquet data files (local or s3://) under a catalog (SQLite, DuckDB or PostgreSQL).
@@ -166,9 +167,11 @@ class Lake:
     def _is_set_up(self) -> bool:
         """Whether every table, column and the hash-signing key exist: opening such a lake takes
         no writer lock, so a process waits for the lock only where it writes (and can say so)."""
-        sql = "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = ?"
-        have = set(self.con.execute(sql, [CATALOG_NAME]).fetchall())
-        if not {(name, field.name) for name, schema in TABLES.items() for field in schema} <= have:
+        sql = "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = ?"
+        have = {(table, column): kind for table, column, kind in self.con.execute(sql, [CATALOG_NAME]).fetchall()}
+        if not {(name, field.name) for name, schema in TABLES.items() for field in schema} <= have.keys():
+            return False
+        if any(have[column] != "JSON" for column in JSON_COLUMNS):
             return False
         self._key = lake_key(self.con, create=False)
         return self._key is not None
@@ -179,6 +182,7 @@ class Lake:
             if name in existing:
                 self._add_missing_columns(name, schema)
                 continue
+                self._alter_to_json(name)
             empty = pa.Table.from_pylist([], schema=schema)
             self.con.register("_empty", empty)
             self.con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty LIMIT 0")
@@ -200,6 +204,14 @@ class Lake:
         for field in missing:
             self.con.execute(f"ALTER TABLE {name} ADD COLUMN {field.name} {types[field.name]}")
 
+
+    def _alter_to_json(self, name: str) -> None:
+        """JSON columns an older lake holds as VARCHAR (runs.timings, runs.counts, models.train_config):
+        DuckLake changes the type in the catalog only, and the old files' text reads as JSON."""
+        types = dict(self.con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {name})").fetchall())
+        for table, column in JSON_COLUMNS:
+            if table == name and types[column] == "VARCHAR":
+                self.con.execute(f"ALTER TABLE {name} ALTER COLUMN {column} SET DATA TYPE JSON")
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:
         self.con.close()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 TS = pa.timestamp("us", tz="UTC")
+# DuckDB's JSON type (Arrow's canonical JSON extension): `timings->>'$.total'` works in SQL, and
+# lakes made when these columns were VARCHAR are altered to it when a writer opens them.
+JSON = pa.json_()
 
 SENTENCES = pa.schema(
     [
@@ -171,8 +174,15 @@ RUNS = pa.schema(
         ("error", pa.string()),
         ("started_at", TS),
         ("finished_at", TS),
-        ("timings", pa.string()),
-        ("counts", pa.string()),
+        ("timings", JSON),
+        ("counts", JSON),
+        # Where the run runs: its Prefect flow run and deployment (null without Prefect), and its
+        # process, so a `running` row whose process is gone reads as crashed (`viewmill lake runs`).
+        ("flow_run_id", pa.string()),
+        ("deployment_id", pa.string()),
+        ("deployment", pa.string()),  # flow/deployment, as `prefect deployment run` names it
+        ("host", pa.string()),
+        ("pid", pa.int64()),
     ]
 )
 
@@ -183,7 +193,7 @@ MODELS = pa.schema(
         ("base_model", pa.string()),
         ("objective", pa.string()),
         ("snapshot", pa.string()),
-        ("train_config", pa.string()),
+        ("train_config", JSON),
         ("run_id", pa.string()),
         ("created_at", TS),
     ]

@@ -1,4 +1,4 @@
-"""The `viewmill lake` sub-app: `snapshots` and `export` here, `init`, `compact`, `verify`,
+"""The `viewmill lake` sub-app: `snapshots`, `runs` and `export` here, `init`, `compact`, `verify`,
 `repair` and `attach` from `lake_admin`. Loaded only when a lake command runs or help lists it."""
 
 from __future__ import annotations
@@ -30,6 +30,24 @@ def snapshots(state_dir: StateDir = None, catalog: CatalogOption = None) -> None
             "FROM snapshots ORDER BY created_at"
         )
     print_table(table, console)
+
+
+RUN_COLUMNS = ("run_id", "recipe", "status", "started_at", "finished_at", "flow", "flow_run_id", "deployment",
+               "host", "pid", "error")  # fmt: skip
+
+
+@lake_app.command("runs")
+def runs(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
+    """List the runs, newest first, with their Prefect flow runs; a run whose process is gone
+    without recording its end (killed, the machine restarted) shows as crashed."""
+    import pyarrow as pa
+    from viewmill.pipelines.run_status import shown_status
+
+    with open_lake_read_only(state_dir, catalog) as lake:
+        table = lake.arrow("SELECT * FROM runs ORDER BY started_at DESC")
+    table = table.select([name for name in RUN_COLUMNS if name in table.column_names])  # an older lake has fewer
+    status = pa.array([shown_status(row) for row in table.to_pylist()], pa.string())
+    print_table(table.set_column(table.column_names.index("status"), "status", status), console)
 
 
 @lake_app.command("export")

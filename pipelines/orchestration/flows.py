@@ -3,7 +3,9 @@
 A flow called by the command line gets the recipe it validated (`recipe`, JSON from
 `recipe_parameter`) and its run id (`run_id`): one parse and one run id per run, the recipe
 file not read again. A deployment's run has no such caller and passes only `recipe_path`,
-parsed once in the flow.
+parsed once in the flow; its run id is made from its flow run (`flow_run_id_of`). Flow runs
+are named after the recipe and the run id (`tiny-20261126T233000-1a2b3c`), and the run's
+`runs` row names its flow run and deployment.
 
 Import this only after `configure_prefect` has set Prefect's environment.
 """
@@ -12,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
+from prefect.context import FlowRunContext
 from prefect.filesystems import RemoteFileSystem, WritableFileSystem
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
@@ -24,8 +28,9 @@ from viewmill.augment.cache import CacheStats
 from viewmill.augment.views import ShardReport
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.orchestration import artifacts
-from viewmill.pipelines.recipe import Recipe, RecipeError, load_recipe
+from viewmill.pipelines.recipe import Recipe, RecipeError, load_recipe, read_recipe_file
 from viewmill.pipelines.run import run_recipe
+from viewmill.pipelines.run_record import FlowRunInfo
 from viewmill.pipelines.stages.augment import (
     ShardJob,
     augment_finish,
@@ -160,6 +165,7 @@ def run_as_tasks(ctx: RunContext, flow_name: str, **options: Any) -> dict[str, A
         call=_logged_stage,
         map_shards=lambda jobs: submit_shards(ctx, jobs),
         flow=f"prefect:{flow_name}",
+        prefect=flow_run_info(),
         **options,
     )
     publish(ctx, summary)
@@ -175,6 +181,49 @@ def _logged_stage(stage: Any, *args: Any) -> Any:
     return result
 
 
+def flow_run_info() -> FlowRunInfo:
+    """The current flow run's id, and its deployment's id and `flow/deployment` name when it has one."""
+    from prefect.runtime import deployment
+
+    context = FlowRunContext.get()
+    assert context is not None and context.flow_run is not None, "called outside a flow run"
+    run = context.flow_run
+    if run.deployment_id is None:
+        return FlowRunInfo(str(run.id))
+    return FlowRunInfo(str(run.id), str(run.deployment_id), f"{context.flow.name}/{deployment.name}")
+
+
+def flow_run_id_of() -> str:
+    """The run id of a deployment's run, which no caller gives one: made from the flow run's
+    expected start and id (new_run_id's form), so the flow run's name and its `runs` row agree."""
+    context = FlowRunContext.get()
+    assert context is not None and context.flow_run is not None, "called outside a flow run"
+    run = context.flow_run
+    return f"{run.expected_start_time.astimezone(UTC):%Y%m%dT%H%M%S}-{run.id.hex[:6]}"
+
+
+def _recipe_name(parameters: dict[str, Any]) -> str:
+    if parameters.get("recipe"):
+        return parameters["recipe"]["name"]
+    if parameters.get("recipes"):
+        return parameters["recipes"][0]["name"]
+    try:  # a deployment's run: the file's name, else its stem (the flow itself then says what is wrong)
+        return str(read_recipe_file(parameters["recipe_path"])["name"])
+    except (RecipeError, KeyError):
+        return Path(parameters["recipe_path"]).stem
+
+
+def run_name() -> str:
+    """A recipe flow run's name: the recipe and the viewmill run id, e.g. `tiny-20261126T233000-1a2b3c`."""
+    parameters = FlowRunContext.get().parameters
+    return f"{_recipe_name(parameters)}-{parameters.get('run_id') or flow_run_id_of()}"
+
+
+def sweep_run_name() -> str:
+    """A sweep flow run's name: `sweep-<recipe>-<sweep run>`, as its report files are named."""
+    return f"sweep-{_recipe_name(FlowRunContext.get().parameters)}-{flow_run_id_of()}"
+
+
 def flow_context(
     recipe_path: str,
     state_dir: str,
@@ -186,7 +235,7 @@ def flow_context(
     """The run's context: the caller's recipe and run id when it gave them, else the recipe
     file parsed here (a deployment's run) and a new run id."""
     parsed = load_recipe(recipe_path, overrides) if recipe is None else Recipe.model_validate(recipe)
-    ctx = RunContext.of(parsed, state_dir, settings, run_id)
+    ctx = RunContext.of(parsed, state_dir, settings, run_id or flow_run_id_of())
     get_run_logger().info(
         f"run {ctx.run_id}: recipe {recipe_path}, state {ctx.state.root}, working directory {Path.cwd()}"
     )
@@ -223,7 +272,7 @@ def publish(ctx: RunContext, summary: dict[str, Any]) -> None:
     get_run_logger().info(f"run {ctx.run_id} finished in {summary['timings'].get('total', 0):g} s")
 
 
-@flow(name="viewmill-recipe", task_runner=task_runner())
+@flow(name="viewmill-recipe", task_runner=task_runner(), flow_run_name=run_name)
 def recipe_flow(
     recipe_path: str,
     state_dir: str,
@@ -240,7 +289,7 @@ def recipe_flow(
     return run_as_tasks(ctx, "viewmill-recipe", preflight_done=preflight_done)
 
 
-@flow(name="viewmill-train", task_runner=task_runner())
+@flow(name="viewmill-train", task_runner=task_runner(), flow_run_name=run_name)
 def train_flow(
     recipe_path: str,
     state_dir: str,
@@ -258,7 +307,7 @@ def train_flow(
     return run_as_tasks(ctx, "viewmill-train", preflight_done=preflight_done, snapshot=snapshot, evaluate=False)
 
 
-@flow(name="viewmill-augment", task_runner=task_runner())
+@flow(name="viewmill-augment", task_runner=task_runner(), flow_run_name=run_name)
 def augment_flow(
     recipe_path: str, state_dir: str, overrides: list[str] | None = None, settings: Settings | None = None
 ) -> dict[str, Any]:
@@ -268,7 +317,7 @@ def augment_flow(
     return run_as_tasks(ctx, "viewmill-augment", train=False, evaluate=False)
 
 
-@flow(name="viewmill-sweep", task_runner=task_runner())
+@flow(name="viewmill-sweep", task_runner=task_runner(), flow_run_name=sweep_run_name)
 def sweep_flow(
     recipe_path: str,
     state_dir: str,
@@ -284,7 +333,7 @@ def sweep_flow(
     state = StatePaths.resolve(state_dir)
     run = lambda ctx: run_as_tasks(ctx, "viewmill-sweep")  # noqa: E731
     given = recipe_path if recipes is None else SweepRecipes.from_parameter(recipes)
-    report = run_sweep(given, state, overrides, run=run, settings=settings or Settings())
+    report = run_sweep(given, state, overrides, run=run, settings=settings or Settings(), sweep_run=flow_run_id_of())
     key = report.sweep.lower().replace("_", "-").replace(".", "-")
     create_markdown_artifact(report.markdown, key=f"{key}-sweep", description=f"sweep {report.sweep_run}")
     return report.as_dict()
