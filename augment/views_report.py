@@ -23,6 +23,7 @@ from sacrebleu.metrics import BLEU
 from viewmill.augment.augmenters import augmenter_class
 from viewmill.augment.meaning_report import COSINE_FILTER_BODY, STORED_COSINES_BODY, CosineFilter, markdown_lines
 from viewmill.storage.lake import Lake, LakeError
+from viewmill.storage.output_paths import OutputGuard
 
 Key = tuple[str, str]  # (augmenter, config hash prefix)
 Encode = Callable[[list[str]], np.ndarray]  # texts -> one embedding per row
@@ -297,7 +298,7 @@ def to_markdown(report: ViewsReport, figures: Sequence[str] = ()) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_histograms(report: ViewsReport, folder: Path) -> list[Path]:
+def write_histograms(report: ViewsReport, folder: Path, guard: OutputGuard) -> list[Path]:
     """One PNG per figure (chrF, length ratio, cosine when computed), augmenters overlaid."""
     import matplotlib
 
@@ -321,16 +322,30 @@ def write_histograms(report: ViewsReport, folder: Path) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         path = folder / f"{attr}.png"
-        fig.savefig(path, dpi=100)
+        with guard.atomic(path) as partial:
+            fig.savefig(partial, dpi=100)
         plt.close(fig)
         written.append(path)
     return written
 
 
-def write_report(report: ViewsReport, folder: Path) -> Path:
-    """report.md and its PNG histograms in `folder`; returns the Markdown file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    figures = write_histograms(report, folder)
+# Every file write_report may write in its folder (the figures are write_histograms' `attr`s).
+REPORT_FILES = ("report.md", "chrf.png", "length_ratio.png", "cosine.png")
+
+
+def check_report_folder(folder: Path, guard: OutputGuard) -> None:
+    """Refuse (OutputRefused) a report folder, or a file name in it, that reaches the lake: called
+    before the report's work, so nothing is computed, or half written, for a path that is refused."""
+    guard.check(folder)
+    for name in REPORT_FILES:
+        guard.check(folder / name)
+
+
+def write_report(report: ViewsReport, folder: Path, guard: OutputGuard) -> Path:
+    """report.md and its PNG histograms in `folder`, each file kept off the lake and written whole
+    by `guard`; returns the Markdown file."""
+    check_report_folder(folder, guard)
+    guard.folder(folder)
+    figures = write_histograms(report, folder, guard)
     path = folder / "report.md"
-    path.write_text(to_markdown(report, [str(f) for f in figures]), encoding="utf-8")
-    return path
+    return guard.write_text(path, to_markdown(report, [str(f) for f in figures]))

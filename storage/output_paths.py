@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from viewmill.storage.catalog import Catalog, LakeError
+from viewmill.storage.catalog import DATA_PATH_ENV, Catalog, LakeError
 
 if TYPE_CHECKING:
     from viewmill.storage.lake import Lake
@@ -45,6 +45,13 @@ class OutputGuard:
     @classmethod
     def of(cls, lake: Lake) -> OutputGuard:
         return cls(Path(lake.root), lake.catalog, lake.data_path)
+
+    @classmethod
+    def at(cls, root: Path, catalog: str | None = None, data_path: str | None = None) -> OutputGuard:
+        """The guard of the lake at `root` without opening it (for a check before any work; a
+        PostgreSQL catalog's recorded data path is known only to `of` an open lake)."""
+        data = data_path or os.environ.get(DATA_PATH_ENV) or str(Path(root) / "data")
+        return cls(Path(root), Catalog.parse(catalog, Path(root)), data)
 
     def check(self, path: Path, *, replaces_folder: bool = False) -> Path:
         """`path` (expanded) when nothing of the lake can be reached through it; else OutputRefused.

@@ -33,6 +33,16 @@ def _root(data_dir: Path | None) -> Path:
     return datasets.data_dir()
 
 
+def _off_the_lake(root: Path) -> None:
+    """Data sets never unpack into the lake of the state directory runs use ($VIEWMILL_HOME or ./.viewmill)."""
+    from viewmill.pipelines.state import StatePaths
+    from viewmill.storage.output_paths import OutputGuard
+    from viewmill.storage.settings import Settings
+
+    settings = Settings()
+    OutputGuard.at(StatePaths.resolve().lake, settings.catalog_spec(), settings.data_path).check(root)
+
+
 @data_app.command("list")
 def list_datasets(data_dir: DataDir = None) -> None:
     """The data sets, where recipes find them (data:<folder>/...), and whether they are fetched."""
@@ -57,6 +67,7 @@ def fetch(
 ) -> None:
     """Download, verify (sha256) and unpack data sets into the data directory."""
     root = _root(data_dir)
+    _off_the_lake(root)
     wanted = list(BY_NAME) if names == ["all"] else names
     unknown = [name for name in wanted if name not in BY_NAME]
     if unknown:

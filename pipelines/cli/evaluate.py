@@ -10,6 +10,7 @@ from viewmill.pipelines.recipe import EvaluateSpec
 from viewmill.pipelines.stages.evaluate import EvalTarget, evaluate_models
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import fingerprint
+from viewmill.storage.output_paths import OutputGuard
 from viewmill.storage.settings import Settings
 from viewmill.train.encoder import resolve_encoder
 from viewmill.train.evaluation.suite import bar_chart, check, markdown_table
@@ -63,19 +64,23 @@ def evaluate_cli(
     settings: Settings | None = None,
 ) -> EvalReport:
     run_id = new_run_id()
+    settings = settings or Settings()
+    folder = out or state.root / "reports"
+    OutputGuard.at(state.lake, settings.catalog_spec(), settings.data_path).check(folder)  # before any model loads
     for task in suite.tasks:  # every file readable before any model is loaded
         check(task)
     entries = model_entries(refs, baselines)
-    with (settings or Settings()).open_lake(state.lake) as lake:
+    with settings.open_lake(state.lake) as lake:
+        guard = OutputGuard.of(lake)
         rows = evaluate_models(lake, entries, suite.tasks, run_id=run_id, batch_size=suite.batch_size)
     results = [asdict(row) for row in rows]  # the table and chart read plain rows
     names = [task.name for task in suite.tasks]
     table = markdown_table(results, names)
     conventions = sorted({f"{r['task']}: {r['convention']}" for r in results})
-    folder = out or state.root / "reports"
-    folder.mkdir(parents=True, exist_ok=True)
-    markdown_path = folder / f"eval-{run_id}.md"
+    guard.folder(folder)
     notes = "\n".join(f"- {line}" for line in conventions)
-    markdown_path.write_text(f"# viewmill eval {run_id}\n\n{table}\n{notes}\n", encoding="utf-8")
-    plot_path = bar_chart(results, names, folder / f"eval-{run_id}.png")
+    markdown_path = guard.write_text(folder / f"eval-{run_id}.md", f"# viewmill eval {run_id}\n\n{table}\n{notes}\n")
+    plot_path = folder / f"eval-{run_id}.png"
+    with guard.atomic(plot_path) as partial:
+        bar_chart(results, names, partial)
     return EvalReport(table, conventions, markdown_path, plot_path)

@@ -77,17 +77,28 @@ def report(
     """Per augmenter: kept/rejected with reasons, chrF, length ratio, share identical, self-BLEU, cosine to the
     source, the meaning filter's stored cosines against its floor and ceiling, examples; Markdown plus PNG
     histograms in --out."""
-    from viewmill.augment.views_report import build_report, cosine_filter_sql, reasons_sql, stats_sql, write_report
+    from viewmill.augment.views_report import (
+        build_report,
+        check_report_folder,
+        cosine_filter_sql,
+        reasons_sql,
+        stats_sql,
+        write_report,
+    )
 
     if sql:
         queries = (stats_sql(snapshot), reasons_sql(snapshot), cosine_filter_sql(snapshot))
         console.print(";\n\n".join(queries) + ";", highlight=False, markup=False)
         return
+    from viewmill.storage.output_paths import OutputGuard
+
     encode = _encoder(encoder) if cosine_sample else None
     with load_settings(catalog).open_lake(StatePaths.resolve(state_dir).lake, read_only=True) as lake:
+        guard = OutputGuard.of(lake)
+        check_report_folder(out, guard)  # before the report's work, not after it
         result = build_report(lake, snapshot, encode=encode, encoder_name=encoder, cosine_sample=cosine_sample,
                               examples=examples, progress=progress_bar)  # fmt: skip
-    path = write_report(result, out)
+    path = write_report(result, out, guard)
     for r in result.augmenters:
         _print_augmenter(r)
     console.print(str(path), highlight=False, markup=False)

@@ -17,6 +17,7 @@ from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.corpus_versions import record_corpus_version
 from viewmill.storage.lake import Lake, LakeError
+from viewmill.storage.output_paths import OutputGuard
 from viewmill.storage.schema import SENTENCES, VIEWS
 from viewmill.storage.snapshots import create_pairs_snapshot
 
@@ -105,7 +106,7 @@ def test_figures_per_augmenter_are_exact_on_known_views(seeded_lake, tmp_path):
     assert {r.augmenter: r.views for r in everything.augmenters} == {"bt": 4, "same": 5, "syn": 5}
     assert all(r.cosine_n == 0 for r in everything.augmenters)
 
-    path = write_report(report, tmp_path / "out")
+    path = write_report(report, tmp_path / "out", OutputGuard.of(lake))
     text = path.read_text()
     assert "| bt | en>es>en | 4 | 2 | 2 | 80.00 | 80.00 |" in text and "- bt: chrf<20: 1, empty: 1" in text
     assert text == to_markdown(report, [str(tmp_path / "out" / f"{n}.png") for n in ("chrf", "length_ratio", "cosine")])
