@@ -15,17 +15,17 @@ from viewmill.augment.cache import CacheStats
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
 
+from viewmill.specs import Spec
+
 NAME = Field(pattern=r"^[A-Za-z0-9_.-]+$")
 
 
-class AugmenterConfig(BaseModel):
+class AugmenterConfig(Spec):
     """Base of every augmenter spec, viewmill's and plugins': a recipe entry with a unique
     `name` and a `method` (the registry name, as a Literal with that default).
 
     The class variables are capabilities, the same for built-ins and plugins (set them on the
     subclass); they are no fields, so no configuration hash depends on them."""
-
-    model_config = ConfigDict(extra="forbid")
 
     # Only the emptiness check judges its views: no length, chrF or meaning filter (they are
     # the source itself, or texts people wrote to differ from it). Cosines are still recorded.

@@ -17,6 +17,8 @@ from viewmill.augment.augmenter_base import (
 )
 from viewmill.storage.lake import Lake
 
+from viewmill.specs import Seed
+
 
 class Identity(AugmenterConfig):
     """The sentence itself as a view (x1 = x in one-view recipes)."""
@@ -39,7 +41,7 @@ class Entailment(AugmenterConfig):
     needs_nli_links: ClassVar[bool] = True
     method: Literal["entailment"] = "entailment"
     labels: list[str] = Field(["entailment"], min_length=1, description="gold labels that count as a positive")
-    seed: int = Field(0, description="picks one hypothesis when a premise has several")
+    seed: Seed = Field(0, description="picks one hypothesis when a premise has several")
 
     @property
     def path_label(self) -> str:

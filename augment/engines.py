@@ -11,28 +11,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from viewmill.storage.extension_points import Registry, RegistryError
 from viewmill.storage.ids import canonical_json
+
+from viewmill.specs import Seed, Spec
 
 
 class EngineError(RuntimeError):
     """An engine cannot run the request; the message names the problem and the fix."""
 
 
-class DecodingSpec(BaseModel):
+class DecodingSpec(Spec):
     """How hypotheses are produced. Rule-based engines ignore everything but `num_hypotheses`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
-    beam_size: int = Field(1, ge=1)
+    beam_size: int = Field(1, ge=1, le=128)
     sampling: bool = False
-    top_k: int = Field(0, ge=0)
+    top_k: int = Field(0, ge=0, le=1_000_000)
     top_p: float = Field(1.0, gt=0, le=1)
-    temperature: float = Field(1.0, gt=0)
-    num_hypotheses: int = Field(1, ge=1)
-    max_length_ratio: float = Field(3.0, gt=0)
-    seed: int = 0
+    temperature: float = Field(1.0, ge=1e-3, le=100)
+    num_hypotheses: int = Field(1, ge=1, le=128)
+    max_length_ratio: float = Field(3.0, gt=0, le=100)
+    seed: Seed = 0
 
     def canonical(self) -> str:
         """Canonical JSON used in cache keys (the seed is keyed separately)."""

@@ -16,20 +16,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import regex
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from viewmill.augment.augmenters import augmenter_class
 from viewmill.storage.lake import Lake
+
+from viewmill.specs import Spec
 
 Embed = Callable[[list[str]], np.ndarray]  # texts -> one embedding per row
 NEAR_DUPLICATE = "near-duplicate"  # the reason's kind; the reason is "near-duplicate:<view_id>"
 _PUNCTUATION = regex.compile(r"\p{P}+")
 
 
-class MeaningSpec(BaseModel):
+class MeaningSpec(Spec):
     """`filters.meaning` in a recipe: cosine to the source within [min_cosine, max_cosine],
     and no near-duplicate of a view an earlier augmenter of the recipe kept."""
-
-    model_config = ConfigDict(extra="forbid")
 
     encoder: str = Field("embedded:all-MiniLM-L6-v2", description="embedded:NAME, a model directory or a hub id")
     min_cosine: float = Field(0.7, ge=-1, le=1, description="below: the meaning changed (rejected)")

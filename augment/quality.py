@@ -6,9 +6,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from sacrebleu.metrics import CHRF
 from viewmill.augment.meaning import MeaningSpec
+
+from viewmill.specs import Spec
 
 _CHRF = CHRF()
 
@@ -42,17 +44,15 @@ def quality_signals(source: str, view: str) -> Quality:
     )
 
 
-class FilterSpec(BaseModel):
+class FilterSpec(Spec):
     """Which views are kept. A rejected view is still stored, with its reason."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    min_length_ratio: float = Field(0.5, ge=0)
-    max_length_ratio: float = Field(2.0, gt=0)
+    min_length_ratio: float = Field(0.5, ge=0, le=1000)
+    max_length_ratio: float = Field(2.0, gt=0, le=1000)
     min_chrf: float = Field(0.0, ge=0, le=100)
     max_chrf: float = Field(100.0, ge=0, le=100)
     reject_identical: bool = False
-    max_repeated_ngram: int = Field(1, ge=0)
+    max_repeated_ngram: int = Field(1, ge=0, le=1000)
     meaning: MeaningSpec | None = Field(None, description="cosine to the source under an encoder; near-duplicates")
 
     @model_serializer(mode="wrap")

@@ -18,6 +18,8 @@ from viewmill.augment.synonym import replace_synonyms, wordnet, wordnet_revision
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
 
+from viewmill.specs import Seed
+
 
 class Synonym(AugmenterConfig):
     """Replace about `ratio` of the content words with WordNet synonyms."""
@@ -25,7 +27,7 @@ class Synonym(AugmenterConfig):
     reusable_producer: ClassVar[bool] = True
     method: Literal["synonym"] = "synonym"
     ratio: float = Field(0.3, gt=0, le=1)
-    seed: int = 0
+    seed: Seed = 0
 
     @property
     def path_label(self) -> str:
@@ -42,9 +44,9 @@ class MaskedLM(AugmenterConfig):
     method: Literal["mlm"] = "mlm"
     model: str = "roberta-base"
     ratio: float = Field(0.2, gt=0, le=1)
-    seed: int = 0
+    seed: Seed = 0
     device: str = "cpu"
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(32, ge=1, le=65536)
 
     @property
     def path_label(self) -> str:

@@ -32,7 +32,7 @@ class Translating(AugmenterConfig):
         None, description="ctranslate2: int8, float16, bfloat16, float32; hf: float32, float16, bfloat16"
     )
     max_batch_tokens: int | None = Field(
-        None, ge=64, description="neural engines: source tokens x beam per batch (default 4096 on CPU, 32768 on GPU)"
+        None, ge=64, le=1 << 24, description="neural engines: source tokens x beam per batch (default 4096 on CPU, 32768 on GPU)"
     )
     decoding: DecodingSpec = DecodingSpec()
 

@@ -8,6 +8,7 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from viewmill.spelling import did_you_mean
 
@@ -45,6 +46,33 @@ def known_keys(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     return sorted({name for model in models for name in model.model_fields})
 
 
+def _rules(field: FieldInfo) -> list[Any]:
+    """A field's constraints, its items' too (tuple[Annotated[int, Field(le=...)], ...])."""
+    found = list(field.metadata)
+    pending = list(typing.get_args(field.annotation))
+    while pending:
+        arg = pending.pop()
+        if isinstance(arg, FieldInfo):
+            found += arg.metadata
+        else:
+            pending += typing.get_args(arg)
+    return found
+
+
+def _bounds(root: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    """The bounds of the field at `loc` (an item of it: its last name) in words ("at least 1 and
+    at most 10000000"), or "" when the path cannot be followed."""
+    names = [part for part in loc if isinstance(part, str)]
+    models = [root]
+    for part in names[:-1]:
+        models = _step(models, part)
+    fields = [model.model_fields[names[-1]] for model in models if names and names[-1] in model.model_fields]
+    words = {"ge": "at least", "gt": "above", "le": "at most", "lt": "below"}
+    found = [f"{words[key]} {getattr(rule, key)}" for field in fields[:1] for rule in _rules(field)
+             for key in words if hasattr(rule, key)]  # fmt: skip
+    return " and ".join(found)
+
+
 def problem(item: Any, root: type[BaseModel] | None = None) -> str:
     """One error of a ValidationError: what is wrong, in words."""
     kind, message = item["type"], item["msg"]
@@ -54,6 +82,11 @@ def problem(item: Any, root: type[BaseModel] | None = None) -> str:
         return f"unknown field{hint}; remove it or fix its spelling"
     if kind == "missing":
         return "required field is missing; add it"
+    if kind == "finite_number":  # inf, nan, or a number beyond a float's range (1e400)
+        return f"{item['input']} is not a finite number: give a number (inf, nan and 1e400 are refused)"
+    if kind == "int_parsing_size":  # beyond 64 bits: say the field's own bound
+        limits = _bounds(root, item["loc"]) if root is not None else ""
+        return f"{item['input']} is far too large{f': {limits}' if limits else ''}"
     for prefix in _PREFIXES:
         message = message.removeprefix(prefix)
     return message

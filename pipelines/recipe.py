@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
@@ -32,16 +31,18 @@ from viewmill.train.evaluation.sts import StsTask
 from viewmill.train.evaluation.suite import EvalTask
 from viewmill.train.mining import MinedNegatives
 
+from viewmill.specs import Spec
+
 DEFAULT_EVAL_EVERY = 20
+MAX_SENTENCE_WORDS = 10_000  # corpus.min_words / max_words: far above any sentence
+MAX_CORPUS_SENTENCES = 10**12
 
 
 class RecipeError(ValueError):
     """A recipe is unusable; the message names the field or file and the fix."""
 
 
-class CorpusSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class CorpusSpec(Spec):
     name: str | None = Field(None, description="defaults to the recipe's name")
     format: str = Field(
         "text",
@@ -53,9 +54,9 @@ class CorpusSpec(BaseModel):
     split: str = Field("train", description="hf: the dataset split")
     config: str | None = Field(None, description="hf: the dataset configuration")
     detokenize: bool = False
-    min_words: int = Field(3, ge=1)
-    max_words: int = Field(64, ge=1)
-    limit: int | None = Field(None, ge=1)
+    min_words: int = Field(3, ge=1, le=MAX_SENTENCE_WORDS)
+    max_words: int = Field(64, ge=1, le=MAX_SENTENCE_WORDS)
+    limit: int | None = Field(None, ge=1, le=MAX_CORPUS_SENTENCES)
     on_error: Literal["stop", "skip"] = Field("stop", description="a malformed record stops the run, or is counted")
 
     @field_validator("format")
@@ -75,14 +76,12 @@ class CorpusSpec(BaseModel):
         return ReadOptions(lang=self.lang, text_column=self.text_column, split=self.split, config=self.config)
 
 
-class PairSpec(BaseModel):
+class PairSpec(Spec):
     """Which views of a sentence are paired: view_a with view_b (a list pairs view_a with each
     of them: an English sentence with each of its forward translations), or `pairings`, a
     list of [a, b] augmenter pairs taken together (English with each translation and the
     translations with each other). `negatives` gives each pair hard negatives: a premise's
     NLI contradictions, or texts an encoder mines."""
-
-    model_config = ConfigDict(extra="forbid")
 
     view_a: str | None = None
     view_b: str | list[str] | None = None
@@ -120,7 +119,7 @@ class PairSpec(BaseModel):
 class DevTask(StsTask):
     """A dev task of model selection: an STS task and its weight in the selection score."""
 
-    weight: float = Field(1.0, gt=0, description="the task's weight in the dev tasks' weighted mean")
+    weight: float = Field(1.0, gt=0, le=1e6, description="the task's weight in the dev tasks' weighted mean")
 
 
 class TrainSpec(TrainConfig):
@@ -158,23 +157,25 @@ class TrainSpec(TrainConfig):
         return self
 
 
-class EvaluateSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EvaluateSpec(Spec):
     tasks: list[EvalTask] = Field(min_length=1)
     baseline: bool = True
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(64, ge=1, le=65536)
 
 
-class ExecutionSpec(BaseModel):
+class ExecutionSpec(Spec):
     """How augmentation is cut into tasks; not part of what the views are."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    shard_sentences: int = Field(5000, ge=1, description="sentences per augmentation shard (the unit of retry)")
-    chunk_sentences: int = Field(512, ge=1, description="sentences per commit inside a shard (what a kill can lose)")
-    retries: int = Field(3, ge=0, description="Prefect retries of a failed shard task")
-    retry_delay_s: float = Field(10.0, ge=0, description="first retry delay; doubles for each further retry")
+    shard_sentences: int = Field(
+        5000, ge=1, le=MAX_CORPUS_SENTENCES, description="sentences per augmentation shard (the unit of retry)"
+    )
+    chunk_sentences: int = Field(
+        512, ge=1, le=10_000_000, description="sentences per commit inside a shard (what a kill can lose)"
+    )
+    retries: int = Field(3, ge=0, le=100, description="Prefect retries of a failed shard task")
+    retry_delay_s: float = Field(
+        10.0, ge=0, le=86_400, description="first retry delay (at most a day); doubles for each further retry"
+    )
 
 
 # Files and folders are named after the recipe (models/<name>-<id>.staged.partial-old-<pid>,
@@ -183,9 +184,7 @@ class ExecutionSpec(BaseModel):
 MAX_NAME_CHARS = 100
 
 
-class Recipe(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Recipe(Spec):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     corpus: CorpusSpec
     augmenters: list[AugmenterSpec] = Field(min_length=1)

@@ -8,11 +8,23 @@ document over the limit is refused before any Python object is built.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
 MAX_NODES = 100_000  # the largest paper recipe has a few hundred
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, reading `1e20` and `1e-5` as numbers as YAML 1.2 does (YAML 1.1 wants a
+    dot and a signed exponent, `1.0e+20`; without them a setting got "not a valid integer"
+    instead of the bound it passes)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
 
 
 class YamlTooLarge(ValueError):
@@ -47,7 +59,7 @@ def expanded_size(node: yaml.Node, limit: int = MAX_NODES) -> int:
 
 def load_yaml(text: str, limit: int = MAX_NODES) -> Any:
     """Like yaml.safe_load, but YamlTooLarge for documents over `limit` nodes once aliases expand."""
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:

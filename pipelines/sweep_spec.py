@@ -8,13 +8,13 @@ import json
 import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from viewmill.specs import Spec
 
 
-class SweepConfig(BaseModel):
+class SweepConfig(Spec):
     """One configuration of a sweep: recipe settings as `--set` would give them."""
-
-    model_config = ConfigDict(extra="forbid")
 
     label: str = Field(pattern=r"^[A-Za-z0-9_.,=+-]+$")
     set: dict[str, Any] = Field(default_factory=dict, description="e.g. {train.encoder_lr: 2.0e-5}")
@@ -24,12 +24,12 @@ class SweepConfig(BaseModel):
 
 
 MAX_SWEEP_CONFIGS = 256  # each one trains and evaluates a model
-class SweepSpec(BaseModel):
+
+
+class SweepSpec(Spec):
     """Training configurations run over the recipe's pairs (or the pairs each one asks for)
     and compared; the best is chosen on one evaluation task, e.g. STS-B dev, or on the
     weighted mean of several."""
-
-    model_config = ConfigDict(extra="forbid")
 
     select_on: str | list[str] | dict[str, Annotated[float, Field(gt=0)]] = Field(
         description="the evaluate task that chooses the best configuration (a dev set); a list of tasks (their "

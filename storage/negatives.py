@@ -8,9 +8,11 @@ from typing import Literal, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
+
+from viewmill.specs import Seed, Spec
 
 NLI_SOURCE = "nli-contradiction"
 MINED_SOURCE = "mined"
@@ -43,16 +45,14 @@ class NegativesSource(Protocol):
         ...
 
 
-class NliContradictions(BaseModel):
+class NliContradictions(Spec):
     """A premise's contradicting hypotheses (labelled NLI data, the lake's `nli_pairs`) as the
     negatives of its pairs: SimCSE's supervised triplets (premise, entailed, contradicted)."""
 
-    model_config = ConfigDict(extra="forbid")
-
     source: Literal["nli-contradiction"]
-    per_anchor: int = Field(1, ge=1, description="negatives per pair; pairs with fewer are dropped")
+    per_anchor: int = Field(1, ge=1, le=1000, description="negatives per pair; pairs with fewer are dropped")
     labels: list[str] = Field(["contradiction"], min_length=1, description="gold labels that count as a negative")
-    seed: int = Field(0, description="picks per_anchor hypotheses when a premise has more")
+    seed: Seed = Field(0, description="picks per_anchor hypotheses when a premise has more")
 
     def reads(self) -> tuple[str, ...]:
         return ("nli_pairs",)

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch import nn
 from viewmill.train.objectives import Objective
 from viewmill.train.pooling import exported_modules, mean_pooled
+
+from viewmill.specs import Spec
 
 if TYPE_CHECKING:
     from viewmill.train.config import TrainConfig
@@ -92,16 +94,14 @@ class BSL(nn.Module):
             t_buf.copy_(o_buf)
 
 
-class BSLOptions(BaseModel):
+class BSLOptions(Spec):
     """BSL's settings (`train.options`)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     momentum: float = Field(0.999, ge=0, le=1, description="the target's EMA momentum (1: frozen, 0: a copy)")
     momentum_schedule: Literal["constant", "cosine"] = Field(
         "constant", description="cosine: BYOL's increase from momentum to 1 over the run"
     )
-    predictor_k: int = Field(8, ge=1, description="the predictor's hidden width, in embedding widths")
+    predictor_k: int = Field(8, ge=1, le=64, description="the predictor's hidden width, in embedding widths")
 
 
 def target_momentum(options: BSLOptions, steps: int, step: int) -> float:

@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 from pydantic import (
     AliasChoices,
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -21,10 +20,12 @@ from viewmill.storage.extension_points import RegistryError
 from viewmill.train.dev_scores import DevSelection
 from viewmill.train.objectives import OBJECTIVES
 
+from viewmill.specs import Seed, Spec, non_finite
 from viewmill.spelling import did_you_mean
 
 log = logging.getLogger(__name__)
 PAPER_LR = 5e-4  # BSL paper: lr 5e-4 (1e-4..5e-4), Adam, batch 64, one epoch
+MAX_STEPS = 10_000_000  # far beyond any run: 1e20 steps is a typo, refused with this bound
 # Settings spelt flat before each objective had its options: flat key -> (its objective, its option).
 LEGACY_OPTIONS = {
     "momentum": ("bsl", "momentum"),
@@ -39,14 +40,14 @@ LEGACY_OPTIONS = {
 }
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(Spec):
     """Hyperparameters of a training run. The defaults are the safe post-training setting
     for strong encoders: the head (BSL's predictor, SG-OPT's projection, IS-BERT's CNN)
     warms up first with the encoder frozen, then both train, the encoder at a small
     learning rate. `options` holds the objective's own settings, validated by its entry's
     `options` model (defaults filled in) and read as `objective_options`."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     preset: Literal["safe", "paper"] = Field(
         "safe",
@@ -62,38 +63,47 @@ class TrainConfig(BaseModel):
         description="the objective's own settings, e.g. bsl's {momentum, momentum_schedule, predictor_k}, sgopt's "
         "{reg_lambda, head_width, partner_view}, isbert's {filters, windows}, infonce-distill's {distill_weight}",
     )
-    steps: int = Field(120, ge=1)
-    batch_size: int = Field(64, ge=2)
-    max_length: int = Field(64, ge=8)
+    steps: int = Field(120, ge=1, le=MAX_STEPS)
+    batch_size: int = Field(64, ge=2, le=65536)
+    max_length: int = Field(64, ge=8, le=32768, description="tokens per text (no encoder reads more than 32768)")
+    # No upper bound on learning rates: too high a rate stops training at its first non-finite loss.
     encoder_lr: float = Field(1e-5, gt=0)
     head_lr: float = Field(1e-3, gt=0, validation_alias=AliasChoices("head_lr", "predictor_lr"))
     head_warmup_steps: int | None = Field(
         None,
         ge=0,
+        le=MAX_STEPS,
         validation_alias=AliasChoices("head_warmup_steps", "predictor_warmup_steps"),
         description="steps that train only the head (default 40; 0 for ntxent and infonce, which have none)",
     )
     grad_accumulation: int = Field(
-        1, ge=1, description="pieces a batch is processed in; contrastive losses keep all negatives (GradCache)"
+        1,
+        ge=1,
+        le=65536,
+        description="pieces a batch is processed in; contrastive losses keep all negatives (GradCache)",
     )
     # contrastive and SG-OPT
-    temperature: float | None = Field(None, gt=0, description="default 0.05 (ntxent, infonce), 0.01 (sgopt)")
+    temperature: float | None = Field(
+        None, ge=1e-4, le=100, description="default 0.05 (ntxent, infonce), 0.01 (sgopt); logits are divided by it"
+    )
     hard_negative_weight: float = Field(
         0.0,
         description="SimCSE's weight added to each anchor's logits (after the temperature) of its own hard "
         "negatives; ntxent and infonce on pairs with negatives",
     )
     # checkpoints and model selection
-    checkpoint_every: int = Field(50, ge=0, description="steps between resumable checkpoints (0: none)")
-    eval_every: int = Field(0, ge=0, description="steps between dev evaluations (0: none); needs dev data")
+    checkpoint_every: int = Field(50, ge=0, le=MAX_STEPS, description="steps between resumable checkpoints (0: none)")
+    eval_every: int = Field(
+        0, ge=0, le=MAX_STEPS, description="steps between dev evaluations (0: none); needs dev data"
+    )
     early_stopping_patience: int | None = Field(
-        None, ge=1, description="stop after this many dev evaluations without improvement"
+        None, ge=1, le=MAX_STEPS, description="stop after this many dev evaluations without improvement"
     )
     keep_best: bool = Field(True, description="with eval_every: export the best dev checkpoint, the start included")
     selection: DevSelection = Field(
         default_factory=DevSelection, description="how the best dev state is chosen over several dev tasks"
     )
-    seed: int = 13
+    seed: Seed = 13
     device: str = "cpu"
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="autocast dtype; fp16 adds loss scaling")
 
@@ -140,12 +150,16 @@ class TrainConfig(BaseModel):
             return options  # the objective's own error says why
         model = OBJECTIVES.get(objective).options
         try:
-            return model.model_validate(options).model_dump()
+            validated = model.model_validate(options).model_dump()
         except ValidationError as exc:
             unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
             if not unknown:
                 raise
             raise ValueError(_unknown_options(objective, unknown, list(model.model_fields))) from None
+        # A plugin's options model may allow inf and nan; a setting of viewmill's never does.
+        if (where := non_finite(validated, "options")) is not None:
+            raise ValueError(f"{where} is not a finite number (inf and nan are refused): give a number")
+        return validated
 
     @property
     def objective_options(self) -> Any:

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from viewmill.specs import Spec
 
 
 def weighted_mean(scores: Mapping[str, float], weights: Mapping[str, float]) -> float:
@@ -33,17 +35,17 @@ class DevResult:
         return cls(dict(scores), weighted_mean(scores, weights))
 
 
-class DevSelection(BaseModel):
+class DevSelection(Spec):
     """How the exported state is chosen from its dev evaluations (`train.selection`)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     rule: Literal["mean", "mean-no-regression"] = Field(
         "mean",
         description="mean: the best weighted mean of the dev tasks; mean-no-regression: the same, among the "
         "states where no dev task fell below its start score minus tolerance (the start always qualifies)",
     )
-    tolerance: float = Field(0.0, ge=0, description="mean-no-regression: how far (Spearman x100) a task may fall")
+    tolerance: float = Field(
+        0.0, ge=0, le=100, description="mean-no-regression: how far (Spearman x100) a task may fall"
+    )
 
     @model_validator(mode="after")
     def _tolerance_for_its_rule(self) -> DevSelection:

@@ -13,12 +13,14 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch import nn
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
 from viewmill.train.objectives import Objective
 from viewmill.train.pooling import exported_modules, mean_pooled
+
+from viewmill.specs import Spec
 
 
 class Distill(nn.Module):
@@ -93,10 +95,8 @@ class AnchoredContrastive(Distill):
     forward = loss
 
 
-class AnchoredOptions(BaseModel):
+class AnchoredOptions(Spec):
     """infonce-distill's settings (`train.options`)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     distill_weight: float = Field(
         200.0, ge=0, description="weight of the MSE that keeps the source's embedding at the start's"

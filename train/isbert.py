@@ -7,15 +7,18 @@ import json
 import math
 import shutil
 from pathlib import Path
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from torch import nn
 from viewmill.train import modeling_isbert
 from viewmill.train.encoder import CNN_REF, MODELING_FILE
 from viewmill.train.objectives import Objective
 from viewmill.train.pooling import mean_pool
+
+from viewmill.specs import Spec
 
 
 def jsd_mi_loss(global_: torch.Tensor, local: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -66,13 +69,13 @@ class ISBERT(nn.Module):
         return list(self.cnn.parameters())
 
 
-class ISBERTOptions(BaseModel):
+class ISBERTOptions(Spec):
     """IS-BERT's settings (`train.options`)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    filters: int = Field(256, ge=1, description="filters per window")
-    windows: tuple[int, ...] = Field((1, 3, 5), description="the CNN's window sizes (odd: same padding)")
+    filters: int = Field(256, ge=1, le=65536, description="filters per window")
+    windows: tuple[Annotated[int, Field(le=511)], ...] = Field(
+        (1, 3, 5), description="the CNN's window sizes (odd: same padding)"
+    )
 
     @field_validator("windows")
     @classmethod

@@ -21,11 +21,13 @@ from typing import Literal
 
 import pyarrow as pa
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
 from viewmill.storage.negatives import MINED_SOURCE, ROWS, candidate_sentences
 from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
+
+from viewmill.specs import Seed, Spec
 
 log = logging.getLogger(__name__)
 
@@ -33,24 +35,28 @@ AUTO_FAISS_CANDIDATES = 100_000  # index: auto searches an HNSW index from this 
 HNSW_NEIGHBOURS = 32  # faiss HNSW's M: links per vector
 HNSW_EF_SEARCH = 128  # the least search breadth (raised to twice the results asked for)
 NO_SCORE = float("-inf")
+MAX_RANK = 10_000_000  # range_min / range_max: a rank among the candidates
 
 Chosen = list[list[tuple[int, float]]]  # per anchor: (candidate index, score), closest first
 
 
-class MinedNegatives(BaseModel):
+class MinedNegatives(Spec):
     """`pair.negatives` with `source: mined`: negatives an encoder finds close to each anchor."""
-
-    model_config = ConfigDict(extra="forbid")
 
     source: Literal["mined"]
     encoder: str = Field("embedded:all-MiniLM-L6-v2", description="embedded:NAME or a model directory")
-    per_anchor: int = Field(1, ge=1, description="negatives per pair (num_negatives); pairs with fewer are dropped")
+    per_anchor: int = Field(
+        1, ge=1, le=1000, description="negatives per pair (num_negatives); pairs with fewer are dropped"
+    )
     candidates: Literal["positives", "sentences"] = Field(
         "positives", description="the pairs' positives (as sentence-transformers mines), or every corpus sentence"
     )
-    range_min: int = Field(0, ge=0, description="skip the anchor's range_min closest candidates")
+    range_min: int = Field(0, ge=0, le=MAX_RANK, description="skip the anchor's range_min closest candidates")
     range_max: int | None = Field(
-        None, ge=1, description="rank limit; default range_min + per_anchor, x10 when a filter or random sampling"
+        None,
+        ge=1,
+        le=MAX_RANK,
+        description="rank limit; default range_min + per_anchor, x10 when a filter or random sampling",
     )
     max_score: float | None = Field(None, description="drop candidates with a higher cosine to the anchor")
     absolute_margin: float | None = Field(None, description="keep candidates at least this below the positive")
@@ -58,12 +64,14 @@ class MinedNegatives(BaseModel):
         None, ge=0, description="keep candidates below positive - |positive| x this (0.05: NV-Retriever's 95%)"
     )
     sampling: Literal["top", "random"] = "top"
-    seed: int = Field(0, description="random sampling's seed (each pair draws from its own stream)")
+    seed: Seed = Field(0, description="random sampling's seed (each pair draws from its own stream)")
     index: Literal["exact", "faiss", "auto"] = Field(
         "auto", description=f"auto: exact below {AUTO_FAISS_CANDIDATES:,} candidates, faiss (approximate) from there"
     )
-    chunk_size: int = Field(1024, ge=1, description="exact search block: chunk_size x (chunk_size + range_max) scores")
-    batch_size: int = Field(64, ge=1, description="texts per encoder batch")
+    chunk_size: int = Field(
+        1024, ge=1, le=1 << 20, description="exact search block: chunk_size x (chunk_size + range_max) scores"
+    )
+    batch_size: int = Field(64, ge=1, le=65536, description="texts per encoder batch")
     device: str = "cpu"
     _fingerprint: str | None = PrivateAttr(None)
 

@@ -19,13 +19,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 from torch import nn
 from viewmill.storage.extension_points import Registry, RegistryError
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
 from viewmill.train.legacy_isbert import ReLUCNN  # noqa: F401  (the class path of IS-BERT exports before 0.2)
 from viewmill.train.pooling import exported_modules, mean_pool
+
+from viewmill.specs import Spec
 
 
 def nt_xent(
@@ -161,10 +163,8 @@ def _set_rng_state(state: tuple) -> None:
 # -- the objective registry ------------------------------------------------------------
 
 
-class NoOptions(BaseModel):
+class NoOptions(Spec):
     """The options of an objective that has none: `train.options` must stay empty."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)

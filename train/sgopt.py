@@ -7,10 +7,12 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch import nn
 from viewmill.train.objectives import Objective
 from viewmill.train.pooling import exported_modules, masked_max_pool
+
+from viewmill.specs import Spec
 
 SGOPT_HEAD_LR = 5e-5  # the paper's AdamW lr for BERT_T and the projection head
 
@@ -99,13 +101,11 @@ def opt3(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
     return (torch.logaddexp(own, negatives) - own).mean()
 
 
-class SGOPTOptions(BaseModel):
+class SGOPTOptions(Spec):
     """SG-OPT's settings (`train.options`)."""
 
-    model_config = ConfigDict(extra="forbid")
-
     reg_lambda: float = Field(0.1, ge=0, description="weight of the regulariser ||theta_T - theta_F||^2")
-    head_width: int = Field(4096, ge=1, description="hidden width of the projection head")
+    head_width: int = Field(4096, ge=1, le=65536, description="hidden width of the projection head")
     partner_view: bool = Field(False, description="BT + SG-OPT: BERT_F reads the partner (back-translation)")
 
 

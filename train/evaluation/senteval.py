@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 from viewmill.storage.datasets import missing_hint
 from viewmill.train.evaluation.sts import EvalDataError
+
+from viewmill.specs import Seed, Spec
 
 C_GRID = [2.0**t for t in range(-2, 4)]  # SentEval's grid for its scikit-learn classifier
 CV_FILES = {
@@ -29,18 +31,16 @@ CV_FILES = {
 }
 
 
-class TransferTask(BaseModel):
+class TransferTask(Spec):
     """A SentEval transfer task; `path` is its folder in SentEval's layout (e.g. .../downstream/MR)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     format: Literal["senteval-transfer"] = "senteval-transfer"
     task: Literal["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
     path: Path
-    folds: int = 10
-    inner_folds: int = 5  # choosing C inside each training fold; 10 would double the cost
-    seed: int = 1111
+    folds: int = Field(10, ge=2, le=100)
+    inner_folds: int = Field(5, ge=2, le=100)  # choosing C inside each training fold; 10 would double the cost
+    seed: Seed = 1111
 
 
 @dataclass
