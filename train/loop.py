@@ -4,6 +4,7 @@ sentence-transformers model."""
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -165,6 +166,8 @@ def _steps(run: _Run, source: PairTexts, plan: list[list[int]], dev: DevScore | 
                        precision=config.precision, scaler=run.scaler, after_step=run.after_step,
                        accumulation=config.grad_accumulation, layout=source.layout(len(index)))
         )  # fmt: skip
+        if not math.isfinite(state.losses[-1]):
+            raise _diverged(run, f"loss became {state.losses[-1]} at step {step}")
         if run.main and evaluates_at(config, step):
             result = score_dev(dev, run.exported, run.objective)
             record_dev(config, state, step, result, run.exported, run.checkpoints)
@@ -177,10 +180,30 @@ def _steps(run: _Run, source: PairTexts, plan: list[list[int]], dev: DevScore | 
     run.objective.eval()
 
 
+class TrainingDiverged(RuntimeError):
+    """Training met a loss or weights that are not finite numbers: nothing is exported."""
+
+
+def _diverged(run: _Run, what: str) -> TrainingDiverged:
+    """The error that stops a run whose numbers overflowed; its checkpoints (the same
+    configuration diverges again from them) are removed."""
+    config = run.config
+    if run.main:
+        run.checkpoints.clear()
+    return TrainingDiverged(
+        f"{what} (encoder_lr={config.encoder_lr:g}, head_lr={config.head_lr:g}, precision {config.precision}): "
+        f"lower the learning rate (train.encoder_lr, train.head_lr; the safe defaults are 1e-05 and 0.001) and "
+        f"run again; no model was exported"
+    )
+
+
 def _export(run: _Run, n_pairs: int, out_dir: Path, card: dict, seconds: float) -> TrainReport:
-    """Export the selected weights with their manifest; the checkpoints are then done with."""
+    """Export the selected weights with their manifest; the checkpoints are then done with.
+    Weights that are not finite (an update overflowed after the last loss) are refused."""
     config, state = run.config, run.state
     selected = select_weights(config, state, run.exported, run.checkpoints)
+    if not all(torch.isfinite(parameter).all() for parameter in run.exported.parameters()):
+        raise _diverged(run, f"the weights are not finite numbers after step {state.step}")
     report = TrainReport(
         steps=state.step,
         pairs=n_pairs,
