@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +32,7 @@ from viewmill.train.evaluation.sts import StsTask
 from viewmill.train.evaluation.suite import EvalTask
 from viewmill.train.mining import MinedNegatives
 
+from viewmill.paths import leads_nowhere, nowhere
 from viewmill.specs import Spec
 
 DEFAULT_EVAL_EVERY = 20
@@ -91,6 +93,9 @@ class PairSpec(Spec):
         description="instead of view_a/view_b: [a, b] augmenter pairs, e.g. [[en, fwd_pt], [fwd_pt, fwd_es]]",
     )
     negatives: Annotated[NliContradictions | MinedNegatives, Field(discriminator="source")] | None = None
+    keep_identical: bool | None = Field(
+        None, description="keep pairs whose two texts are identical (dropped and counted by default: they teach nothing)"
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> PairSpec:
@@ -287,12 +292,17 @@ def load_suite(path: Path | str) -> EvaluateSpec:
     return suite
 
 
-def _resolve_path(path: Path, base: Path) -> Path:
+def _resolve_path(path: Path, base: Path, field: str = "evaluate.tasks") -> Path:
     """`data:<folder>/<file>` names a file of a fetched data set (viewmill data list); any
-    other relative path is taken from the recipe's folder."""
+    other relative path is taken from the recipe's folder. A symbolic link that leads nowhere
+    is refused, named as the recipe's `field`."""
     if datasets.is_reference(path):
         return datasets.resolve(path)
-    return path if path.is_absolute() else (base / path).resolve()
+    joined = base / path  # an absolute path stays itself
+    if leads_nowhere(joined):
+        what = "corpus file" if field == "corpus.files" else f"{field} path"
+        raise RecipeError(nowhere(what, joined, f"point {field} at the real file"))
+    return path if path.is_absolute() else joined.resolve()
 
 
 def _resolve_task_paths(task: StsTask | TransferTask, base: Path) -> None:
@@ -300,6 +310,17 @@ def _resolve_task_paths(task: StsTask | TransferTask, base: Path) -> None:
     gold = getattr(task, "gold_path", None)
     if gold is not None:
         task.gold_path = _resolve_path(gold, base)
+
+
+def _model_beside(base: Path, ref: str, field: str) -> str:
+    """A model folder named from the recipe's folder, made absolute; any other reference
+    (embedded:NAME, a hub id) as written."""
+    if ref.startswith("embedded:"):
+        return ref
+    candidate = base / ref
+    if leads_nowhere(candidate):
+        raise RecipeError(nowhere(f"{field}", candidate, f"point {field} at the model folder itself"))
+    return str(candidate.resolve()) if candidate.exists() else ref
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
@@ -330,6 +351,8 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
 def read_recipe_file(path: Path | str) -> dict:
     """A recipe file's YAML mapping, not yet validated (a sweep validates it once per configuration)."""
     path = Path(path)
+    if leads_nowhere(path):
+        raise RecipeError(nowhere("recipe", path, "name the recipe file itself"))
     if not path.is_file():
         raise RecipeError(f"recipe not found: {path} (try recipes/demo.yaml)")
     try:
@@ -357,19 +380,19 @@ def recipe_from_mapping(raw: dict, path: Path | str, overrides: list[str] | None
     base = path.resolve().parent
     takes_names = not READERS[recipe.corpus.format].reads_files
     recipe.corpus.files = [
-        f if takes_names and not datasets.is_reference(f) and not (base / f).exists() else _resolve_path(f, base)
+        f
+        if takes_names and not datasets.is_reference(f) and not os.path.lexists(base / f)
+        else _resolve_path(f, base, "corpus.files")
         for f in recipe.corpus.files
     ]  # a reader of names (hf: hub ids) gets a source that is no path beside the recipe as written
     for task in recipe.eval_tasks():
         _resolve_task_paths(task, base)
-    if recipe.train is not None and not recipe.train.encoder.startswith("embedded:"):
-        candidate = base / recipe.train.encoder
-        if candidate.exists():
-            recipe.train.encoder = str(candidate.resolve())
+    if recipe.train is not None:
+        recipe.train.encoder = _model_beside(base, recipe.train.encoder, "train.encoder")
     negatives = recipe.pair.negatives
-    if isinstance(negatives, MinedNegatives) and (base / negatives.encoder).exists():
-        negatives.encoder = str((base / negatives.encoder).resolve())  # a model folder beside the recipe
+    if isinstance(negatives, MinedNegatives):
+        negatives.encoder = _model_beside(base, negatives.encoder, "pair.negatives.encoder")
     meaning = recipe.filters.meaning
-    if meaning is not None and not meaning.encoder.startswith("embedded:") and (base / meaning.encoder).exists():
-        meaning.encoder = str((base / meaning.encoder).resolve())  # a model folder beside the recipe
+    if meaning is not None:
+        meaning.encoder = _model_beside(base, meaning.encoder, "filters.meaning.encoder")
     return recipe

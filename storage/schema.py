@@ -129,6 +129,7 @@ SNAPSHOTS = pa.schema(
         ("created_at", TS),
         ("corpus_version", pa.string()),  # the corpus membership it pairs (see CORPUS_MEMBERS)
         ("negatives", pa.string()),  # JSON: source, per_anchor, pairs dropped for lacking them; null: none
+        ("identical_dropped", pa.int64()),  # pairs dropped for identical texts (null: made before they were)
     ]
 )
 

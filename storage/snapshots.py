@@ -94,11 +94,15 @@ def create_pairs_snapshot(
     pairings: Sequence[tuple[str, str]],
     run_id: str,
     negatives: NegativesSource | None = None,
+    keep_identical: bool = False,
 ) -> Snapshot:
     """For each (a, b) view configuration pairing, pair a's kept view of every sentence of this
     corpus version (exactly the sentences the corpus holds now, see `record_corpus_version`)
     with b's kept views, all in one named snapshot; with `negatives`, each pair also gets
-    `negatives.per_anchor` hard negatives (a pair with fewer is dropped, and counted).
+    `negatives.per_anchor` hard negatives (a pair with fewer is dropped, and counted). A pair
+    whose two texts are identical (both round trips came back the same) is dropped and counted
+    too, unless `keep_identical`: it contrasts nothing for BSL and is a false positive for
+    contrastive objectives.
 
     The name is derived from the content (ids and texts, and the negatives), so the same pairs
     always give the same snapshot and an existing snapshot is never rewritten.
@@ -115,8 +119,10 @@ def create_pairs_snapshot(
             'check the filters in the recipe (viewmill sql "SELECT augmenter, status, reject_reason, '
             'count(*) FROM views GROUP BY ALL")'
         )
+    pairs, identical = _without_identical(pairs) if not keep_identical else (pairs, 0)
     pairs = pairs.append_column("pair_id", _pair_ids(pairs))
     record = {"recipe": recipe, "corpus": corpus, "run_id": run_id, "corpus_version": corpus_version}
+    record["identical_dropped"] = identical
     rows = None
     if negatives is None:
         content_hash = pairs_content_hash(recipe, pairs)
@@ -173,6 +179,18 @@ def _with_negatives(
             f"pair.negatives.per_anchor, or {hint}"
         )
     return kept, rows, {"source": source.source, "per_anchor": source.per_anchor, "dropped": dropped}
+
+
+def _without_identical(pairs: pa.Table) -> tuple[pa.Table, int]:
+    """The pairs whose two texts differ, and how many were dropped for being identical."""
+    differ = pc.not_equal(pairs["text_a"], pairs["text_b"])
+    kept = pairs.filter(differ)
+    if kept.num_rows == 0:
+        raise LakeError(
+            f"all {pairs.num_rows} pairs have identical texts (the views equal each other): pair views that differ, "
+            "or set pair.keep_identical: true"
+        )
+    return kept, pairs.num_rows - kept.num_rows
 
 
 def _pair_ids(pairs: pa.Table) -> pa.Array:

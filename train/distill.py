@@ -17,7 +17,7 @@ from pydantic import Field
 from torch import nn
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
-from viewmill.train.objectives import Objective
+from viewmill.train.objectives import Objective, with_hard_negatives
 from viewmill.train.pooling import exported_modules, mean_pooled
 
 from viewmill.specs import Spec
@@ -61,11 +61,17 @@ class Distill(nn.Module):
         return []
 
 
-def symmetric_info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
-    """In-batch InfoNCE in both directions: a_i against every b_j, and b_i against every a_j."""
-    logits = F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T / temperature
+def symmetric_info_nce(
+    a: torch.Tensor, b: torch.Tensor, temperature: float, negatives: torch.Tensor | None = None, weight: float = 0.0
+) -> torch.Tensor:
+    """In-batch InfoNCE in both directions: a_i against every b_j (and every hard negative of
+    the batch, as supervised SimCSE: the negatives are candidates for view a's anchors only),
+    and b_i against every a_j."""
+    anchors = F.normalize(a, dim=-1)
+    logits = anchors @ F.normalize(b, dim=-1).T / temperature
     targets = torch.arange(a.shape[0], device=a.device)
-    return (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
+    forward = with_hard_negatives(logits, anchors, negatives, temperature, weight, a.shape[0])
+    return (F.cross_entropy(forward, targets) + F.cross_entropy(logits.T, targets)) / 2
 
 
 class AnchoredContrastive(Distill):
@@ -76,21 +82,24 @@ class AnchoredContrastive(Distill):
     distillation from a small parallel set flattens it); the anchor holds the source
     language where the start model had it (its STS stays)."""
 
-    def __init__(self, encoder: nn.Module, temperature: float, weight: float) -> None:
+    def __init__(
+        self, encoder: nn.Module, temperature: float, weight: float, hard_negative_weight: float = 0.0
+    ) -> None:
         super().__init__(encoder)
         self.temperature, self.weight = temperature, weight
+        self.hard_negative_weight = hard_negative_weight
 
     def loss(
         self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True, layout: BatchLayout | None = None
     ) -> torch.Tensor:
         layout = layout or BatchLayout(n)
-        views = self.sentence_embedding({k: v[: 2 * n] for k, v in batch.items()})
+        views = self.sentence_embedding({k: v[: layout.negatives.stop] for k, v in batch.items()})
         rows = {k: v[layout.source] for k, v in batch.items()}
         source = self.sentence_embedding(rows) if layout.sources else views[layout.a]
         a, b = gather_with_local_grad(views[layout.a]), gather_with_local_grad(views[layout.b])
-        return symmetric_info_nce(a, b, self.temperature) + self.weight * F.mse_loss(
-            source, self.teacher_embedding(rows)
-        )
+        negatives = gather_with_local_grad(views[layout.negatives]) if layout.k else None
+        contrast = symmetric_info_nce(a, b, self.temperature, negatives, self.hard_negative_weight)
+        return contrast + self.weight * F.mse_loss(source, self.teacher_embedding(rows))
 
     forward = loss
 
@@ -112,7 +121,7 @@ def build_distill(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
 def build_anchored(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     """The anchored student over the base model, exported with mean pooling."""
     weight = config.objective_options.distill_weight
-    model = AnchoredContrastive(sentence_model[0].auto_model, config.temperature, weight)
+    model = AnchoredContrastive(sentence_model[0].auto_model, config.temperature, weight, config.hard_negative_weight)
     return model, exported_modules(sentence_model)
 
 
@@ -131,6 +140,7 @@ INFONCE_DISTILL_OBJECTIVE = Objective(
     head=False,
     temperature=0.05,
     needs_source=True,
+    negatives=True,  # supervised SimCSE's hard negatives join view a's candidates
     options=AnchoredOptions,
     description="symmetric in-batch InfoNCE between the views plus distill_weight x MSE of the student's source "
     "embedding to a frozen copy of the start model's (aligns translations, keeps the source language's space)",

@@ -44,7 +44,7 @@ def nt_xent(
     n = a.shape[0]
     logits = z @ z.T / temperature
     logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float("-inf"))
-    logits = _with_negatives(logits, z, negatives, temperature, hard_negative_weight, n)
+    logits = with_hard_negatives(logits, z, negatives, temperature, hard_negative_weight, n)
     targets = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
     return F.cross_entropy(logits, targets)
 
@@ -61,11 +61,11 @@ def info_nce(
     sentence-transformers' MultipleNegativesRankingLoss and supervised SimCSE."""
     anchors = F.normalize(a, dim=-1)
     logits = anchors @ F.normalize(b, dim=-1).T / temperature
-    logits = _with_negatives(logits, anchors, negatives, temperature, hard_negative_weight, a.shape[0])
+    logits = with_hard_negatives(logits, anchors, negatives, temperature, hard_negative_weight, a.shape[0])
     return F.cross_entropy(logits, torch.arange(a.shape[0], device=a.device))
 
 
-def _with_negatives(
+def with_hard_negatives(
     logits: torch.Tensor, anchors: torch.Tensor, negatives: torch.Tensor | None, temperature: float, weight: float,
     n: int,
 ) -> torch.Tensor:  # fmt: skip

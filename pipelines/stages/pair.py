@@ -25,10 +25,23 @@ def pair_stage(ctx: RunContext, pairings: list[tuple[str, str]], corpus_version:
             pairings=pairings,
             run_id=ctx.run_id,
             negatives=negatives,
+            keep_identical=bool(ctx.recipe.pair.keep_identical),
         )
+        log.info(identical_line(lake, snapshot))
         if negatives is not None:
             log.info(negatives_line(lake, snapshot))
         return snapshot
+
+
+def identical_line(lake: Lake, snapshot: Snapshot) -> str:
+    """What the stage log says of the pairs dropped for identical texts."""
+    dropped = lake.scalar("SELECT identical_dropped FROM snapshots WHERE snapshot = ?", [snapshot.name])
+    if dropped is None:
+        return f"pairs snapshot {snapshot.name}: made before identical pairs were dropped (it may hold some)"
+    return (
+        f"pairs snapshot {snapshot.name}: {snapshot.n_pairs} pairs; {dropped} with identical texts dropped "
+        "(they teach nothing; pair.keep_identical: true keeps them)"
+    )
 
 
 def negatives_line(lake: Lake, snapshot: Snapshot) -> str:

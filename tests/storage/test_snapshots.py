@@ -6,7 +6,7 @@ from viewmill.storage.schema import SENTENCES, VIEWS
 from viewmill.storage.snapshots import create_pairs_snapshot, read_pairs
 
 
-def _seed(lake: Lake, statuses_b: list[str]) -> str:
+def _seed(lake: Lake, statuses_b: list[str], identical: frozenset[int] = frozenset()) -> str:
     sentences, views = [], []
     for i, status_b in enumerate(statuses_b):
         sid = f"s{i}"
@@ -28,7 +28,7 @@ def _seed(lake: Lake, statuses_b: list[str]) -> str:
                 "sentence_id": sid,
                 "augmenter": "B",
                 "config_hash": "hb",
-                "text": f"view b {i}",
+                "text": f"view a {i}" if i in identical else f"view b {i}",
                 "lang": "en",
                 "status": status_b,
             }
@@ -127,3 +127,21 @@ def test_pairings_pair_several_view_configurations_in_one_snapshot(tmp_path):
     assert got == [("a0", "b0"), ("a0", "c0"), ("a1", "c1"), ("a2", "b2"), ("a2", "c2"), ("b0", "c0"), ("b2", "c2")]
     assert both.name != alone.name and alone.n_pairs == 2
     assert set(pairs["lang_b"].to_pylist()) == {"en", "es"}
+
+
+def test_pairs_with_identical_texts_are_dropped_and_counted_unless_kept(tmp_path):
+    with Lake(tmp_path / "lake") as lake:
+        version = _seed(lake, ["kept", "kept", "kept"], identical=frozenset({1}))
+        snap = _snapshot(lake, version, "run1")
+        assert snap.n_pairs == 2
+        assert sorted(read_pairs(lake, snap.name)["sentence_id"].to_pylist()) == ["s0", "s2"]
+        kept = create_pairs_snapshot(lake, recipe="r", corpus="c", corpus_version=version, pairings=[("ha", "hb")],
+                                     run_id="run2", keep_identical=True)  # fmt: skip
+        assert kept.n_pairs == 3 and kept.name != snap.name
+        rows = lake.arrow("SELECT snapshot, identical_dropped FROM snapshots").to_pylist()
+        dropped = {row["snapshot"]: row["identical_dropped"] for row in rows}
+        assert dropped == {snap.name: 1, kept.name: 0}
+    with Lake(tmp_path / "other") as lake:
+        version = _seed(lake, ["kept", "kept", "kept"], identical=frozenset({0, 1, 2}))
+        with pytest.raises(LakeError, match="all 3 pairs have identical texts .*set pair.keep_identical: true"):
+            _snapshot(lake, version, "run3")

@@ -179,6 +179,26 @@ def test_infonce_distill_is_both_directions_of_infonce_plus_the_weighted_source_
     assert anchor > 0, "the student moved, so the anchor pulls"
 
 
+def test_infonce_distill_hard_negatives_join_view_a_candidates_weighted_on_their_own_pair():
+    n, k, temperature, weight, hard_weight = 3, 1, 0.5, 7.0, 1.0
+    torch.manual_seed(0)
+    model = AnchoredContrastive(TinyEncoder(), temperature, weight, hard_weight).double().eval()
+    batch = _batch((2 + k) * n)
+    with torch.no_grad():
+        a, b = _pooled(model.encoder, batch, slice(0, n)), _pooled(model.encoder, batch, slice(n, 2 * n))
+        neg = _pooled(model.encoder, batch, slice(2 * n, 3 * n))
+        a, b, neg = (x / x.norm(dim=-1, keepdim=True) for x in (a, b, neg))
+        cos = [[float(a[i] @ b[j]) / temperature for j in range(n)] for i in range(n)]
+        hard = [[float(a[i] @ neg[j]) / temperature + (hard_weight if i == j else 0.0) for j in range(n)]
+                for i in range(n)]  # fmt: skip
+        forward = sum(_cross_entropy_by_hand(cos[i] + hard[i], i) for i in range(n)) / n
+        backward = sum(_cross_entropy_by_hand([cos[j][i] for j in range(n)], i) for i in range(n)) / n
+        anchor = _squared_error(_pooled(model.encoder, batch, slice(0, n)), _pooled(model.teacher, batch, slice(0, n)))
+        loss = float(model.loss(batch, n, layout=BatchLayout(n, k=k)))
+    assert loss == pytest.approx((forward + backward) / 2 + weight * anchor, rel=1e-9)
+    assert TrainConfig(objective="infonce-distill", hard_negative_weight=1.0).hard_negative_weight == 1.0
+
+
 def test_infonce_distill_trains_exports_one_encoder_and_keeps_its_settings(tmp_path, tiny_model):
     from safetensors import safe_open
 
