@@ -167,8 +167,9 @@ class KeptSentences:
         for at, reason in reasons.items():
             stats.rejected[reason] = stats.rejected.get(reason, 0) + 1
             text = cleaned.python[at]
-            row = {"corpus": self.corpus, "sentence_id": rejected_id(text), "text": shown(text), "length": len(text),
-                   "reason": reason, "file": batch.file, "row": int(batch.rows[at]), "run_id": self.run_id}  # fmt: skip
+            row = {"corpus": self.corpus, "sentence_id": rejected_id(text), "text": shown(text, reason),
+                   "length": len(text), "reason": reason, "file": batch.file, "row": int(batch.rows[at]),
+                   "run_id": self.run_id}  # fmt: skip
             self.rejected.setdefault(row["sentence_id"], row)
 
     def _rows(self, batch: LineBatch, kept: np.ndarray, hashes: np.ndarray, cleaned: Cleaned) -> pa.RecordBatch:

@@ -4,8 +4,11 @@ A NUL byte, a lone surrogate or a 5,000-character "word" is not a sentence; stor
 would be sent to every engine on every later run (and stall or crash some of them). A
 sentence written mostly in a script the corpus's language does not use (Hebrew in an
 English corpus) is not one an engine for that language can make views of: it comes back
-unchanged and makes a pair of identical views. Such a sentence is rejected with a reason
-and kept for inspection, never silently dropped.
+unchanged and makes a pair of identical views. So does a letter buried under a flood of
+combining marks ("Zalgo" text), and a word spelt with a letter of another script that looks
+like its own (a Cyrillic 'а' in a Latin word) is not the word it shows: an engine does not
+know it, and it would give visually identical text a second id. Such a sentence is rejected
+with a reason and kept for inspection, never silently dropped or rewritten.
 """
 
 from __future__ import annotations
@@ -14,15 +17,20 @@ import functools
 import unicodedata
 
 import regex
+from viewmill.augment.confusable import mixed_script_confusables
 from viewmill.storage.ids import text_hash
 
 MAX_TOKEN_CHARS = 100  # longer than any word or ordinary URL
 MAX_SENTENCE_CHARS = 1_000  # ~150 words; the encoders truncate far earlier
 SHOWN_CHARS = 300  # of a rejected sentence, kept in the lake
+# UAX #15's stream-safe text format allows 30 non-starters in a row: no language stacks more
+# on one letter. Beyond that a sentence is rejected, not cut down to 30: capping would store a
+# text the file does not hold, and what is left is still noise that engines give back unchanged.
+MAX_COMBINING_MARKS = 30
 
 REASONS = (
-    "control_characters", "invalid_unicode", "token_too_long", "sentence_too_long", "wrong_script",
-    "paragraph_too_long",
+    "control_characters", "invalid_unicode", "combining_mark_flood", "token_too_long", "sentence_too_long",
+    "wrong_script", "mixed_script_confusable", "paragraph_too_long",
 )  # fmt: skip
 
 # The scripts each language is written in (ISO 639-1 codes, the languages viewmill's engines,
@@ -58,6 +66,8 @@ _WORD = regex.compile(
 _BAD_CHAR = regex.compile(
     r"[\p{Cc}\p{Cs}\ufffd\ufdd0-\ufdef" + "".join(rf"\U{p:04x}fffe\U{p:04x}ffff" for p in range(0x11)) + "]"
 )
+# Combining marks (Mn, Mc, Me) in a row, counted in NFD so a precomposed letter counts its own.
+_MARK_FLOOD = regex.compile(rf"\p{{M}}{{{MAX_COMBINING_MARKS + 1},}}")
 
 
 def lang_scripts(lang: str) -> tuple[str, ...] | None:
@@ -86,18 +96,27 @@ def wrong_script(text: str, lang: str) -> bool:
     return foreign * 2 > len(words)
 
 
+def combining_mark_flood(text: str) -> bool:
+    """Whether `text` stacks more than MAX_COMBINING_MARKS combining marks in a row."""
+    return not text.isascii() and _MARK_FLOOD.search(unicodedata.normalize("NFD", text)) is not None
+
+
 def rejection(text: str, lang: str | None = None) -> str | None:
     """Why `text` (already whitespace-normalised) is not a usable sentence of a corpus in
     `lang` (None: any language), or None."""
     bad = _BAD_CHAR.search(text)
     if bad is not None:
         return "control_characters" if unicodedata.category(bad.group()) == "Cc" else "invalid_unicode"
+    if combining_mark_flood(text):  # before the token check: a flooded word is long too
+        return "combining_mark_flood"
     if any(len(token) > MAX_TOKEN_CHARS for token in text.split()):
         return "token_too_long"
     if len(text) > MAX_SENTENCE_CHARS:
         return "sentence_too_long"
     if lang is not None and wrong_script(text, lang):
         return "wrong_script"
+    if mixed_script_confusables(text):
+        return "mixed_script_confusable"
     return None
 
 
@@ -106,11 +125,13 @@ def rejected_id(text: str) -> str:
     return text_hash(text.encode("unicode_escape").decode("ascii"))
 
 
-def shown(text: str) -> str:
-    """A rejected text as it is kept: control characters and surrogates escaped, cut short."""
+def shown(text: str, reason: str | None = None) -> str:
+    """A rejected text as it is kept: control characters and surrogates escaped (and, for a
+    mixed-script confusable, the letters that look like another's: p\\u0430ssword), cut short."""
+    marked = mixed_script_confusables(text) if reason == "mixed_script_confusable" else ""
     safe = "".join(
         char.encode("unicode_escape", "backslashreplace").decode("ascii")
-        if unicodedata.category(char) in ("Cc", "Cs")
+        if unicodedata.category(char) in ("Cc", "Cs") or char in marked
         else char
         for char in text[: SHOWN_CHARS + 1]
     )

@@ -63,7 +63,9 @@ def reference(records, lang: str, min_words: int, max_words: int, limit: int | N
             counts["blank"] += 1
         elif reason:
             reasons[reason] = reasons.get(reason, 0) + 1
-            rejected.setdefault(rejected_id(text), (rejected_id(text), shown(text), len(text), reason, record.row))
+            rejected.setdefault(
+                rejected_id(text), (rejected_id(text), shown(text, reason), len(text), reason, record.row)
+            )
         elif words < min_words:
             counts["too_short"] += 1
         elif words > max_words:

@@ -5,6 +5,7 @@ and kept, and a paragraph too long to split is rejected whole while the rest of 
 from __future__ import annotations
 
 import json
+import unicodedata
 
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
@@ -89,4 +90,33 @@ def test_a_two_megabyte_paragraph_is_rejected_with_its_reason_and_the_book_runs(
     assert counts["rejected"] == {"paragraph_too_long": 1}
     assert _added(before, after) == {
         "sentences": 2, "views": 4, "pairs": 2, "rejected_sentences": 1,
+    }  # fmt: skip
+
+
+def test_bidi_controls_are_kept_and_floods_and_look_alike_letters_are_rejected(tmp_path):
+    """Issue 30.7: the stored text reads as the file did (an override kept; the same sentence
+    without it is a duplicate), a letter under 90 combining marks and a word with a Cyrillic
+    look-alike are rejected with their reasons, and mixed-script text that is no spoof is kept."""
+    override = "The label on the box reads \u202e321-CBA\u202c in red."
+    flood = "A man plays a g" + "\u0300\u0316\u0489" * 30 + "uitar in the park."
+    spoof = "A man plays a guit\u0430r in the caf\u00e9."
+    russian = "He said \u041f\u0440\u0438\u0432\u0435\u0442 to his old friend."
+    kept = [override, CAFE, "The angle \u03b8 is thirty degrees in the sketch.", russian]
+    corpus = tmp_path / "c.txt"
+    lines = [override, override.replace("\u202e", "").replace("\u202c", ""), flood, spoof, *kept[1:]]
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    before, after, lake = _run(tmp_path, f"{{files: [{corpus}], lang: en}}")
+    with lake:
+        texts = lake.arrow("SELECT text FROM sentences WHERE corpus = 'trust'")["text"].to_pylist()
+        rejected = lake.arrow("SELECT reason, row, text FROM rejected_sentences ORDER BY row").to_pylist()
+        counts = json.loads(lake.scalar("SELECT counts FROM runs"))["ingest"]
+    assert sorted(texts) == sorted(kept)
+    assert rejected == [
+        {"reason": "combining_mark_flood", "row": 3, "text": unicodedata.normalize("NFC", flood)},  # marks in order
+        {"reason": "mixed_script_confusable", "row": 4, "text": "A man plays a guit\\u0430r in the caf\u00e9."},
+    ]  # fmt: skip
+    assert (counts["lines"], counts["duplicates"]) == (7, 1)
+    assert counts["rejected"] == {"combining_mark_flood": 1, "mixed_script_confusable": 1}
+    assert _added(before, after, ("sentences", "views", "rejected_sentences")) == {
+        "sentences": 4, "views": 8, "rejected_sentences": 2,
     }  # fmt: skip
