@@ -13,10 +13,9 @@ commit to `<data path>/_viewmill/file-hashes/`:
   path also reaches every writer of a PostgreSQL catalog and s3:// data paths, which a
   sidecar in one machine's state directory would not;
 - signed: each entry carries an HMAC-SHA256 of (path, size, sha256) under a random key kept
-  in the catalog database itself (`viewmill_lake_key`, not a DuckLake table, so it is not in
-  a Parquet file of the data folder). Entries copied from another lake, or written by
-  someone who can write the data folder but not the catalog, do not verify and are ignored.
-  A catalog backup holds the key from the first write of a viewmill that records hashes on.
+  in a file of the lake's state folder, never in a database a query attaches (`lake_key`).
+  Entries copied from another lake, or written by someone who can write the data folder but
+  not read the key, do not verify and are ignored.
 
 A file listed by the catalog with no valid entry is "unhashed" (written by an older viewmill
 or outside viewmill's write path): it is reported, and trusted only when asked
@@ -28,7 +27,6 @@ from __future__ import annotations
 import hmac
 import json
 import os
-import secrets
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,26 +35,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 from viewmill.storage.catalog import sql_literal
-from viewmill.storage.lake_files import META, CatalogFile, content_sha256, file_size, is_remote, join
+from viewmill.storage.lake_files import CatalogFile, content_sha256, file_size, is_remote, join
 
-KEY_TABLE = f"{META}.viewmill_lake_key"
 RECORD_DIR = "_viewmill/file-hashes"
 RECORD_COLUMNS = {"rel": "VARCHAR", "size": "BIGINT", "sha256": "VARCHAR", "table": "VARCHAR",
                   "kind": "VARCHAR", "file_id": "BIGINT", "sig": "VARCHAR"}  # fmt: skip
-
-
-def lake_key(con: duckdb.DuckDBPyConnection, *, create: bool) -> bytes | None:
-    """The lake's signing key; with `create`, made on first use (the caller holds the writer lock)."""
-    try:
-        row = con.execute(f"SELECT key FROM {KEY_TABLE} LIMIT 1").fetchone()
-    except duckdb.CatalogException:
-        row = None
-        if create:
-            con.execute(f"CREATE TABLE IF NOT EXISTS {KEY_TABLE} (key VARCHAR)")
-    if row is None and create:
-        con.execute(f"INSERT INTO {KEY_TABLE} VALUES (?)", [secrets.token_hex(32)])
-        row = con.execute(f"SELECT key FROM {KEY_TABLE} LIMIT 1").fetchone()
-    return bytes.fromhex(row[0]) if row else None
 
 
 def _signature(key: bytes, rel: str, size: int, sha256: str) -> str:
@@ -123,7 +106,7 @@ class HashRecords:
 
     known: dict[str, set[Digest]] = field(default_factory=dict)
     foreign: int = 0  # entries whose signature is not this lake's: ignored
-    keyless: bool = False  # the catalog has no key yet: nothing can be trusted
+    keyless: bool = False  # the lake has no key yet: nothing can be trusted
 
     def matches(self, rel: str, digest: Digest) -> bool:
         return digest in self.known.get(rel, set())
@@ -141,6 +124,14 @@ def read_records(con: duckdb.DuckDBPyConnection, data_path: str, key: bytes | No
         else:
             records.foreign += 1
     return records
+
+
+def has_records(con: duckdb.DuckDBPyConnection, data_path: str) -> bool:
+    """Whether anything was ever signed for this data path (a record file exists)."""
+    folder = join(data_path, RECORD_DIR)
+    if not is_remote(folder):
+        return Path(folder).is_dir() and any(Path(folder).glob("*.json"))
+    return con.execute("SELECT count(*) FROM glob(?)", [join(folder, "*.json")]).fetchone()[0] > 0
 
 
 def _record_rows(con: duckdb.DuckDBPyConnection, data_path: str) -> list[tuple]:

@@ -31,7 +31,7 @@ from viewmill.storage.catalog import (
     s3_secret_sql,
     sql_literal,
 )
-from viewmill.storage.file_hashes import HashRecords, content_problems, lake_key, read_records, record_files, refusal
+from viewmill.storage.file_hashes import HashRecords, content_problems, read_records, record_files, refusal
 from viewmill.storage.lake_files import (
     CatalogFile,
     catalog_files,
@@ -39,6 +39,7 @@ from viewmill.storage.lake_files import (
     next_file_id,
     remove_rolled_back_files,
 )
+from viewmill.storage.lake_key import reader_key, settled_key, writer_key
 from viewmill.storage.schema import JSON, PARTITIONS, TABLES
 from viewmill.storage.writer_lock import WriterLock
 
@@ -100,7 +101,7 @@ class Lake:
             if not read_only and not self._is_set_up():
                 with self._writing():
                     self._create_tables()
-                    self._key = lake_key(self.con, create=True)
+                    self._key = writer_key(self.con, self.root, self.data_path)
         except BaseException as exc:
             self.close()
             self._raise_if_disk_full(exc)
@@ -165,15 +166,15 @@ class Lake:
             self.data_path = recorded
 
     def _is_set_up(self) -> bool:
-        """Whether every table, column and the hash-signing key exist: opening such a lake takes
-        no writer lock, so a process waits for the lock only where it writes (and can say so)."""
+        """Whether every table and column exist and the catalog names the key file's key: opening
+        such a lake takes no writer lock, so a process waits for the lock only where it writes."""
         sql = "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = ?"
         have = {(table, column): kind for table, column, kind in self.con.execute(sql, [CATALOG_NAME]).fetchall()}
         if not {(name, field.name) for name, schema in TABLES.items() for field in schema} <= have.keys():
             return False
         if any(have[column] != "JSON" for column in JSON_COLUMNS):
             return False
-        self._key = lake_key(self.con, create=False)
+        self._key = settled_key(self.con, self.root)
         return self._key is not None
 
     def _create_tables(self) -> None:
@@ -284,7 +285,7 @@ class Lake:
 
     def hash_records(self) -> HashRecords:
         """What the lake's hash record says of its files (signed by this lake's key only)."""
-        key = self._key if self._key is not None else lake_key(self.con, create=False)
+        key = self._key if self._key is not None else reader_key(self.con, self.root, self.data_path)
         return read_records(self.con, self.data_path, key)
 
     def require_intact(self, tables: Sequence[str], purpose: str) -> None:

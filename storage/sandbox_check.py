@@ -6,6 +6,11 @@ json_serialize_sql: the syntax tree) and binder (json_serialize_plan: the plan, 
 macros and replacement scans such as FROM 'file.csv' show what they really call), never by
 matching the text. Parsing and binding happen on the locked-down connection, so whatever
 DuckDB does while parsing (PRAGMA rewrites, IMPORT DATABASE reads) cannot reach a file either.
+
+The catalog's own database (DuckLake attaches it beside the lake: in place for a DuckDB-file or
+PostgreSQL catalog) is out of reach as a class, not by table name: no bound plan may scan a
+table of it, and no table function or pragma may be given its name (the plan holds the
+arguments as bound, so a name built by concat() or a macro is seen as DuckDB sees it).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 import duckdb
 from viewmill.storage.catalog import LakeError, sql_literal
-from viewmill.storage.file_hashes import KEY_TABLE
+from viewmill.storage.lake import CATALOG_NAME
 from viewmill.storage.sandbox_policy import PRAGMAS, READ_OPERATORS, START_KEYWORDS, Use, function_use
 
 READ_HINT = (
@@ -26,9 +31,18 @@ READ_HINT = (
 )
 _QUERY_TYPES = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
 _WORD = re.compile(r"\w+|\S")
-
-
-PRIVATE_TABLES = {KEY_TABLE.rsplit(".", 1)[-1]}
+_EXPLAIN_OPTIONS = (
+    "EXPLAIN takes no options in viewmill sql ({}): write EXPLAIN or EXPLAIN ANALYZE and then the query, "
+    "e.g. EXPLAIN ANALYZE SELECT count(*) FROM views"
+)
+# The databases a query may bind: the lake, and DuckDB's own (functions, the empty default and
+# temporary schemas). "": a table function's bind data that names no database.
+QUERY_DATABASES = frozenset({CATALOG_NAME, "system", "temp", "memory", ""})
+METADATA = "__ducklake_metadata_"  # DuckLake's name for the catalog database it attaches: + the lake's name
+METADATA_HINT = (
+    "query the lake's tables (SHOW TABLES), or DuckLake's own views of its catalog, e.g. "
+    "ducklake_snapshots('lake'), ducklake_list_files('lake', 'views')"
+)
 
 
 class QueryRefused(LakeError):
@@ -43,7 +57,12 @@ def checked_query(con: duckdb.DuckDBPyConnection, query: str) -> str:
     statement = _one_statement(con, query)
     if statement.type == duckdb.StatementType.EXPLAIN:
         prefix, inner = _explained(statement.query)
-        explained = _one_statement(con, inner)
+        try:
+            explained = _one_statement(con, inner)
+        except QueryRefused:
+            if not inner.startswith("("):
+                raise
+            raise QueryRefused(_EXPLAIN_OPTIONS.format(_snippet(statement.query))) from None
         if explained.type != duckdb.StatementType.SELECT:
             _refuse_kind(f"EXPLAIN {explained.type.name}", inner)
         return f"{prefix} {_checked_select(con, explained.query)}"
@@ -117,27 +136,21 @@ def _check_pragma(following: list[tuple[int, str, bool]], text: str) -> None:
 
 
 def _explained(text: str) -> tuple[str, str]:
-    """`EXPLAIN [ANALYZE] query` split into its prefix and the query; other EXPLAIN options refused."""
+    """`EXPLAIN [ANALYZE] query` split into its prefix and the query (which may be in parentheses:
+    `(FORMAT json) SELECT ...`, an option list, does not parse as one and is refused by the caller)."""
     tokens = _tokens(text)
     skip = 2 if len(tokens) > 1 and tokens[1][1] in ("analyze", "analyse") else 1
-    if len(tokens) <= skip or tokens[skip][1] == "(":
-        raise QueryRefused(
-            f"EXPLAIN takes no options in viewmill sql ({_snippet(text)}): use EXPLAIN or EXPLAIN ANALYZE"
-        )
+    if len(tokens) <= skip:
+        raise QueryRefused(_EXPLAIN_OPTIONS.format(_snippet(text)))
     return ("EXPLAIN ANALYZE" if skip == 2 else "EXPLAIN"), text[tokens[skip][0] :]
 
 
 def _checked_select(con: duckdb.DuckDBPyConnection, sql: str) -> str:
     tree = _serialized(con, "json_serialize_sql", sql)
-    for table in _base_tables(tree):
-        if table.lower() in PRIVATE_TABLES:  # the key that signs the lake's file hashes
-            raise QueryRefused(
-                f"viewmill sql cannot read {table} ({_snippet(sql)}): it holds the key that signs the lake's file "
-                f"hashes, a credential; {READ_HINT}"
-            )
     for name, table in _tree_calls(tree):
         _check_function(name, table, sql)
     plan = _serialized(con, "json_serialize_plan", sql)
+    _check_catalog_reach(plan, sql)
     for kind, name in _plan_parts(plan):
         if kind != "operator":
             _check_function(name, kind == "table", sql)
@@ -194,16 +207,38 @@ def _tree_calls(node: Any) -> Iterator[tuple[str, bool]]:
             yield from _tree_calls(value)
 
 
-def _base_tables(node: Any) -> Iterator[str]:
-    """The name of every table the syntax tree reads by name."""
+def _check_catalog_reach(plan: Any, sql: str) -> None:
+    """Refuse a plan that binds a table or function of any database but the lake and DuckDB's own,
+    or gives a table function the name of DuckLake's metadata database (hidden from
+    duckdb_databases(), so known by the prefix DuckLake names it with): the catalog's file list,
+    snapshots and, in a lake no writer has opened since the key file, the signing key."""
+    for where, text in _plan_names(plan):
+        folded = text.casefold()
+        if (where == "catalog" and folded not in QUERY_DATABASES) or (where == "argument" and METADATA in folded):
+            name = text if where == "catalog" else f"{METADATA}{CATALOG_NAME}"
+            raise QueryRefused(
+                f"viewmill sql cannot read the lake catalog's own database {name} ({_snippet(sql)}): it holds "
+                f"DuckLake's bookkeeping (files, snapshots), not the lake's tables; {METADATA_HINT}"
+            )
+
+
+_ARGUMENTS = ("parameters", "named_parameters")
+
+
+def _plan_names(node: Any, argument: bool = False) -> Iterator[tuple[str, str]]:
+    """("catalog", name) for the database of every table and function the plan binds, and
+    ("argument", text) for every string given to a table function (as bound: constants folded)."""
     if isinstance(node, list):
         for item in node:
-            yield from _base_tables(item)
+            yield from _plan_names(item, argument)
     elif isinstance(node, dict):
-        if node.get("type") == "BASE_TABLE":
-            yield str(node.get("table_name", ""))
-        for value in node.values():
-            yield from _base_tables(value)
+        get = node.get("type") == "LOGICAL_GET"
+        for key, value in node.items():
+            if key in ("catalog", "catalog_name") and isinstance(value, str):
+                yield "catalog", value
+            yield from _plan_names(value, argument or (get and key in _ARGUMENTS))
+    elif argument and isinstance(node, str):
+        yield "argument", node
 
 
 def _plan_parts(node: Any) -> Iterator[tuple[str, str]]:

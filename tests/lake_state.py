@@ -73,3 +73,19 @@ def change_in_place(path: Path | str, old: bytes, new: bytes) -> None:
     data = Path(path).read_bytes()
     assert old in data, f"{old!r} is not in {path}"
     Path(path).write_bytes(data.replace(old, new))
+
+
+def move_key_into_catalog(root: Path, catalog: str | None = None, *, keep_file: bool = False) -> str:
+    """What a lake made before the key file looks like: its signing key in the catalog's
+    `viewmill_lake_key` table and no key id there (`keep_file`: the file stays too, as after a
+    migration cut short). Returns the key, hex."""
+    from viewmill.storage.lake_key import ID_TABLE, LEGACY_TABLE, key_path
+
+    key = key_path(root).read_text(encoding="ascii").strip()
+    with Lake(root, catalog=catalog) as lake:
+        lake.con.execute(f"CREATE TABLE {LEGACY_TABLE} (key VARCHAR)")
+        lake.con.execute(f"INSERT INTO {LEGACY_TABLE} VALUES (?)", [key])
+        lake.con.execute(f"DROP TABLE {ID_TABLE}")
+    if not keep_file:
+        key_path(root).unlink()
+    return key

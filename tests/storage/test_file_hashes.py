@@ -134,7 +134,7 @@ def test_a_record_signed_by_another_lake_is_ignored(lake_root, tmp_path):
 
 @needs_postgres
 def test_hashes_are_recorded_checked_and_repaired_with_a_postgresql_catalog(tmp_path, postgres_dsn):
-    """The signing key lives in the PostgreSQL catalog; the records beside the data."""
+    """The signing key lives in the state folder's key file, not in PostgreSQL; the records beside the data."""
     import psycopg
 
     with psycopg.connect(postgres_dsn, autocommit=True) as server:

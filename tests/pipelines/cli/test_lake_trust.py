@@ -153,8 +153,9 @@ def test_repair_takes_back_only_files_viewmill_wrote_and_moves_the_rest_aside(st
 def _make_older(lake_root: Path) -> None:
     """What a lake made before viewmill recorded hashes looks like: no record, no key."""
     shutil.rmtree(lake_root / "data" / RECORD_DIR.split("/")[0])
+    (lake_root / "lake.key").unlink()
     with sqlite3.connect(lake_root / "catalog.sqlite") as catalog:
-        catalog.execute("DROP TABLE viewmill_lake_key")
+        catalog.execute("DROP TABLE viewmill_lake_key_id")
 
 
 def test_an_older_lake_without_hashes_is_reported_and_trusted_only_on_request(state):

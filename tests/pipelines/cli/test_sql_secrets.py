@@ -107,25 +107,3 @@ def test_a_postgres_catalog_password_is_not_readable_through_sql(tmp_path):
         with open_query_lake(tmp_path / "lake", catalog) as lake:
             secrets = repr(lake.con.execute("SELECT * FROM duckdb_secrets()").fetchall())
             assert "password=redacted" in secrets and PASSWORD not in secrets
-
-
-@pytest.mark.parametrize("catalog", ["sqlite", "duckdb"])
-@pytest.mark.parametrize(
-    "query",
-    [
-        "SELECT * FROM __ducklake_metadata_lake.viewmill_lake_key",
-        'SELECT key FROM __ducklake_metadata_lake.main."VIEWMILL_LAKE_KEY"',
-        "WITH k AS (FROM __ducklake_metadata_lake.viewmill_lake_key) SELECT * FROM k",
-        "SUMMARIZE __ducklake_metadata_lake.viewmill_lake_key",
-    ],
-)
-def test_the_key_that_signs_file_hashes_is_not_readable_through_sql(tmp_path, catalog, query):
-    root = tmp_path / "lake"
-    with Lake(root, catalog=catalog) as lake:
-        key = lake.con.execute("SELECT key FROM __ducklake_metadata_lake.viewmill_lake_key").fetchone()[0]
-    result = runner.invoke(app, ["sql", query, "--state-dir", str(tmp_path), "--catalog", catalog])
-    assert result.exit_code == 2, result.output
-    assert key not in result.output
-    # The SQLite catalog is read through sqlite_scan (refused as a file read); a DuckDB-file
-    # catalog is attached as a database, where only the table's name stops it.
-    assert "viewmill sql cannot" in " ".join(result.output.split())
