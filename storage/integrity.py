@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from viewmill.storage.file_hashes import HashRecords, content_problem, record_files
-from viewmill.storage.lake import Lake
+from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.lake_files import (
     FOOTER_ERRORS,
     CatalogFile,
@@ -81,6 +81,26 @@ def check_file(lake: Lake, entry: CatalogFile, records: HashRecords, *, quick: b
     if problem is None:
         return None
     return Problem(problem[0], entry.table, entry.location, problem[1], entry.current)
+
+
+def refuse_missing_files(lake: Lake) -> None:
+    """Refuse (LakeError) a lake whose catalog lists current files that are not there: a stat each
+    (a size request for s3://), so a run stops before it starts rather than on its first read.
+    The usual cause is a catalog older than its data: a backup put back after a later run merged
+    small files into new ones and deleted them; those new files hold every row, as orphans."""
+    listed = [entry for entry in catalog_files(lake.con, lake.data_path) if entry.current]
+    missing = [entry for entry in listed if file_size(lake.con, entry.location) is None]
+    if not missing:
+        return
+    first = missing[0]
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    raise LakeError(
+        f"the lake's catalog {lake.catalog.target} lists files that are not there: the {first.table} {first.kind} "
+        f"file {first.location}{more}. The catalog is older than its data (a backup put back after a later run "
+        "merged those files into newer ones and deleted them; the newer files still hold their rows). Mend it "
+        "before running: `viewmill lake verify` lists the missing and the newer files, `viewmill lake repair` "
+        "takes the newer files' rows back, then run this again (same --state-dir and --catalog)"
+    )
 
 
 def check_snapshots(lake: Lake, report: VerifyReport) -> None:

@@ -90,7 +90,7 @@ def _run(
     from viewmill.pipelines.recipe import RecipeError, load_recipe
     from viewmill.pipelines.run import run_recipe
     from viewmill.pipelines.stages.pair import existing_snapshot
-    from viewmill.pipelines.stages.preflight import preflight
+    from viewmill.pipelines.stages.preflight import check_lake_files, preflight
 
     settings = load_settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
@@ -101,8 +101,9 @@ def _run(
             raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
         ctx = RunContext(parsed, state, settings)
         if snapshot is None:
-            preflight(ctx)  # fail fast, before Prefect starts or the lake is touched
+            preflight(ctx)  # fail fast, before Prefect starts or the lake is written
         else:
+            check_lake_files(ctx)  # a catalog restored older than its data: refused before its first read
             existing_snapshot(ctx, snapshot)
     except user_errors() as exc:
         fail(exc)

@@ -15,7 +15,8 @@ from viewmill.augment.readers import READERS
 from viewmill.augment.source_files import CorpusError, Malformed, require_file
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.recipe import Recipe
-from viewmill.storage.catalog import check_not_orphaned
+from viewmill.storage.catalog import Catalog, check_not_orphaned
+from viewmill.storage.integrity import refuse_missing_files
 from viewmill.train import distributed
 from viewmill.train.encoder import EncoderError, resolve_encoder
 from viewmill.train.evaluation import suite
@@ -39,7 +40,8 @@ def preflight(ctx: RunContext) -> PreflightResult:
     The corpus on a sample (`check_corpus_sample`). Builds every augmenter's producer (engines,
     language directions, WordNet; no weights) and checks the evaluation files and every encoder
     the run will load (training's, the meaning filter's, the miner's: resolved, not loaded).
-    The recipe (its name too) was validated when it was loaded. Nothing here touches the lake.
+    The recipe (its name too) was validated when it was loaded. Last, the lake is read, not
+    written: every file its catalog lists must be there (`check_lake_files`).
     """
     recipe = ctx.recipe
     settings = ctx.settings  # a data folder without its catalog is never replaced by a new lake
@@ -56,7 +58,20 @@ def preflight(ctx: RunContext) -> PreflightResult:
     if recipe.train is not None:
         distributed.check_device(recipe.train.device)
     encoder = check_encoder("train.encoder", recipe.train.encoder) if recipe.train is not None else None
+    check_lake_files(ctx)
     return PreflightResult(sources=len(recipe.corpus.files), sampled=sampled, encoder=encoder)
+
+
+def check_lake_files(ctx: RunContext) -> None:
+    """Refuse (LakeError) a lake whose catalog lists files that are gone, naming one and the
+    commands that mend it (`refuse_missing_files`): a catalog restored older than its data would
+    otherwise fail the run on its first read. A new local lake has nothing to check; a PostgreSQL
+    catalog is opened as the run opens it (read-only cannot open one the run has yet to make)."""
+    catalog = Catalog.parse(ctx.settings.catalog_spec(), ctx.state.lake)
+    if catalog.kind != "postgres" and not catalog.exists():
+        return
+    with ctx.lake(read_only=catalog.kind != "postgres") as lake:
+        refuse_missing_files(lake)
 
 
 def check_corpus_sample(recipe: Recipe, records: int = SAMPLE_RECORDS) -> int:
