@@ -23,6 +23,7 @@ STS_FILES = {
 }
 # Corpus folders (the data registry's, ../shared/data's) whose data set is known.
 CORPUS_FOLDERS = {"snli": "stanfordnlp/snli", "snli_senteval": "stanfordnlp/snli"}
+EVALUATION = "evaluation"  # manifest key: the test rows of the run that trained the model, as its card shows them
 
 
 def card_name(out_dir: Path, manifest: Mapping[str, Any]) -> str:
@@ -110,13 +111,14 @@ def dev_results(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def model_card(name: str, manifest: Mapping[str, Any], tests: list[dict[str, Any]] | None = None):
     """The Hugging Face / sentence-transformers card. `tests`: the run's evaluation rows
-    ({"task", "metric", "value", "n", "dataset"}); a row whose data set has no known hub id is
-    in the body's table but not the model-index (which needs one)."""
+    ({"task", "metric", "value", "n", "dataset", "same_as"}), by default those the manifest
+    records (`EVALUATION`); each is in the model-index and the body's table."""
     from huggingface_hub import ModelCard, ModelCardData
 
     objective = manifest["train_config"]["objective"]
     dev = dev_results(manifest)
-    results = dev + list(tests or [])
+    tests = manifest.get(EVALUATION) if tests is None else tests
+    results = list(tests or []) + dev
     data = ModelCardData(
         library_name="sentence-transformers",
         pipeline_tag="sentence-similarity",
@@ -132,19 +134,26 @@ def model_card(name: str, manifest: Mapping[str, Any], tests: list[dict[str, Any
 
 
 def _model_index(results: list[dict[str, Any]]) -> list:
+    """Every scored task as sentence-transformers' own cards list it: task type and name ("semantic-similarity",
+    "Semantic Similarity"), the data set by hub id where known (else the task's name, as their evaluators'
+    names), metric `spearman_cosine` or `accuracy` on 0-1. A task the run evaluated appears once, as
+    evaluated, even when it was also a dev task (`results`: evaluated rows first)."""
     from huggingface_hub import EvalResult
 
-    index = []
+    index, seen = [], set()
     for row in results:
-        if row["dataset"] is None:
+        if row["task"] in seen:
             continue
-        accuracy = row["metric"].startswith("accuracy")
+        seen.add(row["task"])
+        accuracy, dataset = row["metric"].startswith("accuracy"), row["dataset"] or {}
         index.append(EvalResult(
-            task_type="text-classification" if accuracy else "sentence-similarity",
-            dataset_type=row["dataset"]["id"], dataset_name=row["task"], dataset_config=row["dataset"]["config"],
-            dataset_split=row["dataset"]["split"], metric_type="accuracy" if accuracy else "spearman_cosine",
-            metric_name="Accuracy x100" if accuracy else "Spearman x100 (cosine)",
-            metric_value=round(float(row["value"]), 4),
+            task_type="text-classification" if accuracy else "semantic-similarity",
+            task_name="Text Classification" if accuracy else "Semantic Similarity",
+            dataset_type=dataset.get("id") or row["task"], dataset_name=row["task"],
+            dataset_config=dataset.get("config"), dataset_split=dataset.get("split"),
+            metric_type="accuracy" if accuracy else "spearman_cosine",
+            metric_name="Accuracy" if accuracy else "Spearman Cosine",
+            metric_value=round(float(row["value"]) / (100 if row["metric"].endswith("_x100") else 1), 6),
         ))  # fmt: skip
     return index
 
@@ -232,6 +241,10 @@ def results_section(manifest: Mapping[str, Any], dev: list[dict[str, Any]], test
         lines.append(f"Not evaluated by its run yet: results of recipe runs and of `viewmill eval` are in {where}.")
     else:
         lines.append(f"Scored by the run that trained it; later `viewmill eval` results are in {where} only.")
+    if any(row.get("same_as") for row in tests or []):
+        start = manifest.get("base_model")
+        lines += ["", f"Its weights are those of the model it started from (`{start}`), tensor for tensor, so its "
+                  "test scores below are that model's, reused rather than scored again."]  # fmt: skip
     rows = dev + list(tests or [])
     if rows:
         lines += ["", "| task | data set | split | metric | value | n |", "|---|---|---|---|---|---|"]

@@ -9,18 +9,19 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 from viewmill.storage.files import build_dir_atomically
-from viewmill.train.card import base_license, card_name, model_card
-from viewmill.train.encoder import encoder_fingerprint
+from viewmill.train.card import EVALUATION, base_license, card_name, model_card
+from viewmill.train.encoder import encoder_fingerprint, module_types
 from viewmill.train.manifest import (
     CARD,
     HASHES,
     MANIFEST,
+    WEIGHT_SUFFIXES,
     ExportError,
     ModelIdentityError,
     check_files,
@@ -32,7 +33,7 @@ from viewmill.train.objectives import OBJECTIVES
 
 __all__ = [
     "MANIFEST", "ExportError", "ModelIdentityError", "base_license", "export", "model_id_of", "read_manifest",
-    "reusable_export", "write_card",
+    "reusable_export", "same_weights", "write_card",
 ]  # fmt: skip
 log = logging.getLogger(__name__)
 CRASH_ENV = "VIEWMILL_TEST_CRASH_AT"  # tests name a point; the process kills itself there
@@ -172,12 +173,48 @@ def normal_file_modes(folder: Path) -> None:
             path.chmod(mode)
 
 
+def same_weights(folder: Path, start: str) -> bool:
+    """Whether the model in `folder` holds the weights of `start` (a local model folder), tensor for
+    tensor: the same modules, and every tensor of every weights file equal to the start's same-named
+    tensor in the same file (the start may hold more buffers, e.g. position ids). Weights other than
+    safetensors are not compared: False."""
+    begin = Path(start)
+    classes = lambda model: [kind.rsplit(".", 1)[-1] for kind in module_types(model)]  # noqa: E731  # moved between versions
+    if not begin.is_dir() or classes(str(folder)) != classes(start):
+        return False
+    files = sorted(p.relative_to(folder) for p in folder.rglob("*") if p.suffix in WEIGHT_SUFFIXES)
+    if not files or any(f.suffix != ".safetensors" or not (begin / f).is_file() for f in files):
+        return False
+    return all(_same_tensors(folder / f, begin / f) for f in files)
+
+
+def _same_tensors(path: Path, start: Path) -> bool:
+    import torch
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as mine, safe_open(str(start), "pt") as theirs:
+        known = set(theirs.keys())
+        names = mine.keys()  # a safe_open handle is not iterable
+        return all(name in known and torch.equal(mine.get_tensor(name), theirs.get_tensor(name)) for name in names)
+
+
 def write_card(model_dir: Path, tests: list[dict]) -> None:
-    """The card again, with the test results of the run that trained the model (replaced
-    whole; the card is not among the files the manifest's hashes vouch for)."""
-    partial = model_dir / f".{CARD}.partial-{os.getpid()}"
+    """Record the test results of the run that trained the model in its manifest (`EVALUATION`),
+    then write its card again from it. Both are replaced whole and neither is among the files
+    the manifest's hashes vouch for, which are checked first: scores go only beside the weights
+    they were recorded for."""
+    manifest = read_manifest(model_dir)
+    check_files(model_dir, manifest, "export the model again, then evaluate it")
+    _replace(model_dir / MANIFEST, lambda path: path.write_text(
+        json.dumps({**manifest, EVALUATION: tests}, indent=2, default=str), encoding="utf-8"))  # fmt: skip
+    _replace(model_dir / CARD, lambda path: model_card(model_dir.name, read_manifest(model_dir)).save(path))
+
+
+def _replace(target: Path, write: Callable[[Path], None]) -> None:
+    """`target` written whole: beside it first, then renamed over it."""
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
-        model_card(model_dir.name, read_manifest(model_dir), tests).save(partial)
-        partial.replace(model_dir / CARD)
+        write(partial)
+        partial.replace(target)
     finally:
         partial.unlink(missing_ok=True)

@@ -22,6 +22,9 @@ def render_summary(summary: dict[str, Any], console: Console | None = None) -> N
         _print_train(console, summary["train"])
     if summary.get("evals", []):
         console.print(_eval_table(summary["evals"]))
+        for label, start in dict.fromkeys((e["model"], e["same_as"]) for e in summary["evals"] if e.get("same_as")):
+            console.print(f"{label}: its weights are {start}'s, tensor for tensor: {start}'s scores are shown for it, "
+                          "not scored again", highlight=False)  # fmt: skip
     timings = Table(title=f"run {summary['run_id']}: seconds per stage")
     for name in summary["timings"]:
         timings.add_column(name, justify="right")

@@ -21,7 +21,7 @@ from viewmill.train.encoder import load_sentence_model
 from viewmill.train.evaluation import suite
 from viewmill.train.evaluation.senteval import TransferTask
 from viewmill.train.evaluation.sts import Embedder, StsTask
-from viewmill.train.export import write_card
+from viewmill.train.export import same_weights, write_card
 
 Task = StsTask | TransferTask
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class EvalTarget:
     model_id: str
     pooling: str | None = None  # a base model's pooling for a baseline; None: the model's own
     card: bool = False  # the run's own export: its model card gets these results
+    start: EvalTarget | None = None  # the model the export started from: its rows when the weights are its own
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class EvalRow:
     n: int
     convention: str
     reused: bool  # read from `evals`, not scored in this run
+    same_as: str | None = None  # the label of the model whose scores these are (the same weights)
 
 
 def task_data_hash(task: Task) -> str:
@@ -86,7 +88,7 @@ def card_results(tasks: list[Task], rows: list[EvalRow]) -> list[dict[str, Any]]
     """A model's headline rows as its card shows them: metric and Hugging Face data set added."""
     by_name = {task.name: task for task in tasks}
     return [{"task": row.task, "metric": suite.metric_of(by_name[row.task]), "value": row.value, "n": row.n,
-             "dataset": task_dataset(by_name[row.task])} for row in rows]  # fmt: skip
+             "dataset": task_dataset(by_name[row.task]), "same_as": row.same_as} for row in rows]  # fmt: skip
 
 
 def evaluate_models(
@@ -97,16 +99,49 @@ def evaluate_models(
     results: list[EvalRow] = []
     data_hashes = {task.name: task_data_hash(task) for task in tasks}
     for target in models:
-        done = _stored_results(lake, target.model_id, data_hashes)
-        todo = [task for task in tasks if not done[task.name]]
-        if todo:
-            new_rows = _score(target, todo, data_hashes, done, run_id=run_id, batch_size=batch_size)
-            _replace_evals(lake, target.model_id, [task.name for task in todo], new_rows)
-        for task in tasks:
-            row = next(r for r in done[task.name] if r["subset"] == "all")
-            results.append(EvalRow(target.label, task.name, row["value"], row["n"], row["convention"],
-                                   reused=task not in todo))  # fmt: skip
+        start = target.start
+        if start is not None and same_weights(Path(target.path), start.path):
+            log.info("%s: its weights are %s's (%s), tensor for tensor: %s's scores are reused, not scored again",
+                        target.label, start.label, start.path, start.label)  # fmt: skip
+            rows = _headline_rows(lake, start, tasks, data_hashes, run_id=run_id, batch_size=batch_size)
+            _copy_evals(lake, start, target, tasks, data_hashes, run_id)
+            results += [EvalRow(target.label, r.task, r.value, r.n, r.convention, reused=True, same_as=start.label)
+                        for r in rows]  # fmt: skip
+        else:
+            results += _headline_rows(lake, target, tasks, data_hashes, run_id=run_id, batch_size=batch_size)
     return results
+
+
+def _headline_rows(
+    lake: Lake, target: EvalTarget, tasks: list[Task], data_hashes: dict[str, str], *, run_id: str, batch_size: int
+) -> list[EvalRow]:
+    """The target's headline row per task: stored ones reused, the others scored and stored."""
+    done = _stored_results(lake, target.model_id, data_hashes)
+    todo = [task for task in tasks if not done[task.name]]
+    if todo:
+        new_rows = _score(target, todo, data_hashes, done, run_id=run_id, batch_size=batch_size)
+        _replace_evals(lake, target.model_id, [task.name for task in todo], new_rows)
+    rows = []
+    for task in tasks:
+        row = next(r for r in done[task.name] if r["subset"] == "all")
+        rows.append(EvalRow(target.label, task.name, row["value"], row["n"], row["convention"],
+                            reused=task not in todo))  # fmt: skip
+    return rows
+
+
+def _copy_evals(
+    lake: Lake, start: EvalTarget, target: EvalTarget, tasks: list[Task], data_hashes: dict[str, str], run_id: str
+) -> None:
+    """The start's stored rows, stored for `target` too (its weights are the start's), where it has none
+    yet; its label says whose they are, so `evals` answers for the export without scoring it again."""
+    own = _stored_results(lake, target.model_id, data_hashes)
+    theirs = _stored_results(lake, start.model_id, data_hashes)
+    todo = [task for task in tasks if not own[task.name]]
+    label = f"{target.label} (weights of {start.label})"
+    rows = [{**row, "model": target.model_id, "model_label": label, "metric": suite.metric_of(task), "run_id": run_id,
+             "created_at": datetime.now(UTC)} for task in todo for row in theirs[task.name]]  # fmt: skip
+    if rows:
+        _replace_evals(lake, target.model_id, [task.name for task in todo], rows)
 
 
 def _stored_results(lake: Lake, model_id: str, data_hashes: dict[str, str]) -> dict[str, list[dict[str, Any]]]:

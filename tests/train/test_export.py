@@ -242,7 +242,7 @@ def test_card_is_the_hub_format_with_the_dev_result(tmp_path, tiny_model):
     assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
     assert data.datasets == ["stanfordnlp/snli"] and data.license == "apache-2.0"
     (result,) = data.eval_results
-    assert (result.dataset_name, result.metric_type, result.metric_value) == ("stsb-dev", "spearman_cosine", 30.0)
+    assert (result.dataset_name, result.metric_type, result.metric_value) == ("stsb-dev", "spearman_cosine", 0.3)
     assert (result.dataset_type, result.dataset_split) == ("mteb/stsbenchmark-sts", "validation")
     assert "pairs snapshot: `tiny@1`" in card.text and "recipe: `tiny`" in card.text and "objective `bsl`" in card.text
     assert f"max_seq_length: {MAX_LENGTH} tokens" in card.text and "No improvement" not in card.text
@@ -263,7 +263,7 @@ def test_a_run_that_never_beat_the_start_says_so(tmp_path, tiny_model):
     assert manifest["selected_step"] == 0 and manifest["improved_over_start"] is False
     card = ModelCard.load(out / "README.md")
     assert "**No improvement over the start.**" in card.text and "selected_step: 0" in card.text
-    assert card.data.eval_results[0].metric_value == 50.0
+    assert card.data.eval_results[0].metric_value == 0.5  # 0-1, as sentence-transformers cards
     start = SentenceTransformer(str(tiny_model), device="cpu").encode(MIXED, convert_to_tensor=True)
     exported = SentenceTransformer(str(out), device="cpu").encode(MIXED, convert_to_tensor=True)
     assert torch.allclose(start, exported, atol=1e-6), "the export is the starting model"

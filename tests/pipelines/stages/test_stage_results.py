@@ -46,7 +46,7 @@ def test_a_full_summary_has_the_keys_it_always_had():
                                 "dev_evals": [], "dev_task_evals": {}, "best_step": None,
                                 "selected_step": 4}  # fmt: skip
     assert summary["evals"] == [{"model": "trained", "task": "sts", "value": 70.0, "n": 4, "convention": "all",
-                                 "reused": False}]  # fmt: skip
+                                 "reused": False, "same_as": None}]  # fmt: skip
     json.dumps(summary)  # a flow's result: plain JSON values only
 
 
