@@ -12,6 +12,8 @@ from pathlib import Path
 from viewmill.augment.file_chunks import line_chunks
 from viewmill.storage.datasets import missing_hint
 
+from viewmill.paths import leads_nowhere, nowhere
+
 
 class CorpusError(ValueError):
     """A corpus cannot be used; the message names the file and the fix."""
@@ -41,11 +43,8 @@ _NOT_A_FILE = (
 
 def require_file(path: Path) -> None:
     """A corpus source must be a regular file (or a link to one); the message says what it is instead."""
-    if path.is_symlink() and not path.exists():  # a loop, or a link to nothing
-        raise CorpusError(
-            f"corpus file {path} is a symbolic link that leads nowhere (a loop, or its target is gone): "
-            "point corpus.files at the real file"
-        )
+    if leads_nowhere(path):  # a loop (in any part of the path), or a link to nothing
+        raise CorpusError(nowhere("corpus file", path, "point corpus.files at the real file"))
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from viewmill.paths import resolve_user_path
+
 STATE_ENV = "VIEWMILL_HOME"
 DEFAULT_STATE = ".viewmill"
 
@@ -17,7 +19,7 @@ class StatePaths:
     @classmethod
     def resolve(cls, state_dir: Path | str | None = None) -> StatePaths:
         chosen = state_dir or os.environ.get(STATE_ENV) or DEFAULT_STATE
-        return cls(Path(chosen).expanduser().resolve())
+        return cls(resolve_user_path(chosen, "state directory", f"point --state-dir (or {STATE_ENV}) at a folder"))
 
     @property
     def lake(self) -> Path:

@@ -9,6 +9,8 @@ from viewmill.storage.ids import dir_fingerprint
 from viewmill.train.embedded import EmbeddedError, embedded_path
 from viewmill.train.model_files import ModelFilesError, check_model_files, check_model_folder
 
+from viewmill.paths import leads_nowhere, nowhere
+
 EMBEDDED_PREFIX = "embedded:"
 
 
@@ -24,6 +26,8 @@ def resolve_encoder(ref: str, base_dir: Path | None = None) -> str:
         except EmbeddedError as exc:
             raise EncoderError(str(exc)) from exc
     path = Path(ref) if Path(ref).is_absolute() or base_dir is None else base_dir / ref
+    if leads_nowhere(path):
+        raise EncoderError(nowhere("model folder", path, "point at the model folder itself"))
     if path.exists():
         check_local_model(path)
         return str(path.resolve())

@@ -42,6 +42,7 @@ USER_ERROR_NAMES = (
     ("viewmill.pipelines.cli.output", "OutputError"),
     ("viewmill.extras", "MissingExtraError"),
     ("viewmill.train.manifest", "ExportError"),
+    ("viewmill.paths", "PathError"),
 )
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEBUG_ENV = "VIEWMILL_DEBUG"

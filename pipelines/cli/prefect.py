@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from viewmill.pipelines.state import StatePaths
 
+from viewmill.paths import resolve_user_path
+
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 server_app = typer.Typer(
     help="The temporary Prefect server a state directory's runs share.",
@@ -99,7 +101,7 @@ def deploy(
         recipe_name = load_recipe(recipe).name
         pools = [cpu_pool, gpu_pool]
     else:
-        prefect_file = prefect_file.resolve()
+        prefect_file = resolve_user_path(prefect_file, "--prefect-file", "point it at the prefect.yaml itself")
         try:
             pools = deploying.pools_of(deploying.read_deployments(prefect_file))
         except deploying.DeployError as exc:
@@ -114,7 +116,8 @@ def deploy(
         deploying.apply_prefect_yaml(prefect_file, names)  # a failure exits 1 with Prefect's output above
         return
     # An absolute path: a relative one would name a folder under whatever the worker's cwd is.
-    workers = deploying.Workers(cpu_pool, gpu_pool, str(Path(workdir).expanduser().resolve()) if workdir else None)
+    folder = str(resolve_user_path(workdir, "--workdir", "point it at a folder")) if workdir else None
+    workers = deploying.Workers(cpu_pool, gpu_pool, folder)
     made = deploying.recipe_deployments(recipe, StatePaths.resolve(state_dir).root, cron=cron, workers=workers)
     for name in deploying.register(made):
         err_console.print(f"deployed {name}", highlight=False)

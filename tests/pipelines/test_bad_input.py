@@ -147,14 +147,33 @@ def test_ordinary_anchors_still_load(tmp_path):
 
 
 # -- 17: one message instead of a traceback ------------------------------------------------
-def test_a_symlink_loop_in_the_corpus_files_is_named(tmp_path, state):
-    loop = tmp_path / "loop.txt"
-    loop.symlink_to(tmp_path / "loop.txt")
-    result, out = _run(state, _recipe(tmp_path, f"{{files: [{loop}]}}"))
-    assert result.exit_code == 2
+def _links(folder, kind: str) -> str:
+    """A corpus path under `folder` that leads nowhere, as `kind` makes it (relative to `folder`)."""
+    if kind == "one link":
+        (folder / "loop.txt").symlink_to("loop.txt")
+        return "loop.txt"
+    if kind == "two links":
+        (folder / "a.txt").symlink_to("b.txt")
+        (folder / "b.txt").symlink_to("a.txt")
+        return "a.txt"
+    if kind == "a folder on the way":
+        (folder / "d1").symlink_to("d2")
+        (folder / "d2").symlink_to("d1")
+        return "d1/corpus.txt"
+    (folder / "gone.txt").symlink_to(folder / "moved-away.txt")  # its target is gone
+    return "gone.txt"
+
+
+@pytest.mark.parametrize("kind", ["one link", "two links", "a folder on the way", "a dangling link"])
+@pytest.mark.parametrize("written", ["relative", "absolute"])
+def test_a_symlink_loop_in_the_corpus_files_is_named(tmp_path, state, kind, written):
+    name = _links(tmp_path, kind)
+    corpus = name if written == "relative" else str(tmp_path / name)
+    result, out = _run(state, _recipe(tmp_path, f"{{files: [{corpus}]}}"))
+    assert result.exit_code == 2, out
     assert (
-        f"error: corpus file {loop} is a symbolic link that leads nowhere (a loop, or its target is gone): "
-        "point corpus.files at the real file"
+        f"error: corpus file {tmp_path / name} is a symbolic link that leads nowhere (a loop, or its target is "
+        "gone): point corpus.files at the real file"
     ) in out
 
 
