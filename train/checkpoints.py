@@ -11,6 +11,8 @@ from __future__ import annotations
 import pickle
 import random
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,15 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 from viewmill.train.dev_scores import DevResult
+from viewmill.train.manifest import ExportError, is_disk_full
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be loaded safely; the message names it and the fix."""
+
+
+class CheckpointWriteError(ExportError):
+    """A checkpoint that could not be written (a full disk); the message names the folder and the fix."""
 
 
 def _numpy_state() -> dict[str, Any]:
@@ -87,23 +94,49 @@ class Checkpoints:
     def _write(self, name: str, payload: dict) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = self.folder / f".{name}.partial"
-        torch.save(payload, partial)
-        partial.replace(self.folder / name)  # a checkpoint is whole or absent, even if killed while saving
+        with self._whole(partial):
+            torch.save(payload, partial)
+            partial.replace(self.folder / name)  # a checkpoint is whole or absent, even if killed while saving
 
     def save(self, state: RunState, objective: nn.Module, optimizer, scaler) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         weights = f"objective-{state.step}.safetensors"
         partial = self.folder / f".{weights}.partial"
-        save_model(objective, str(partial))  # handles tied (shared) tensors
-        partial.replace(self.folder / weights)
-        self._write("state.pt", {
-            "key": self.key, "run": asdict(state), "weights": weights,
-            "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict() if scaler else None,
-            "rng": {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": random.getstate()},
-        })  # fmt: skip
+        with self._whole(partial, self.folder / weights):
+            save_model(objective, str(partial))  # handles tied (shared) tensors
+            partial.replace(self.folder / weights)
+            self._write("state.pt", {
+                "key": self.key, "run": asdict(state), "weights": weights,
+                "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict() if scaler else None,
+                "rng": {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": random.getstate()},
+            })  # fmt: skip
         for old in self.folder.glob("objective-*.safetensors"):
             if old.name != weights:
                 old.unlink()
+
+    @contextmanager
+    def _whole(self, *new: Path) -> Iterator[None]:
+        """Remove the `new` files when writing them fails, so only whole checkpoints stay; a full
+        disk becomes one CheckpointWriteError naming the folder, the step kept and the fix."""
+        try:
+            yield
+        except BaseException as exc:
+            for path in new:
+                path.unlink(missing_ok=True)
+            if isinstance(exc, CheckpointWriteError) or not is_disk_full(exc):
+                raise
+            raise CheckpointWriteError(
+                f"no space left on device while writing a training checkpoint to {self.folder}: the partial "
+                f"checkpoint was removed and {self._kept()}; free space there (df -h {self.folder.parent}) or move "
+                "the state directory to a larger disk, then run again"
+            ) from exc
+
+    def _kept(self) -> str:
+        path = self.folder / "state.pt"
+        if not path.is_file():
+            return "no earlier checkpoint was written, so training starts over"
+        step = load_state_file(path)["run"]["step"]
+        return f"the last whole checkpoint (step {step}) is kept: training resumes there"
 
     def restore(self, objective: nn.Module, optimizer, scaler) -> RunState | None:
         """The saved run state, after loading weights, optimiser, scaler and random
