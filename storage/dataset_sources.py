@@ -181,3 +181,11 @@ DATASETS: tuple[Dataset, ...] = (
 )
 
 BY_NAME = {dataset.name: dataset for dataset in DATASETS}
+# A data set answers to its folder's name too, as recipes write it (data:stsb_multi_mt/...,
+# data:stsbenchmark/...): `viewmill data fetch stsb_multi_mt stsbenchmark` fetches stsb-multi-mt and stsb.
+BY_FOLDER = {dataset.folder: dataset for dataset in DATASETS if dataset.folder != dataset.name}
+
+
+def lookup(name: str) -> Dataset | None:
+    """The data set called `name`, or whose folder is `name`; None when there is none."""
+    return BY_NAME.get(name) or BY_FOLDER.get(name)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import filelock
 import httpx
-from viewmill.storage.dataset_sources import BY_NAME, DATASETS, Dataset, Source
+from viewmill.storage.dataset_sources import BY_NAME, DATASETS, Dataset, Source, lookup
 from viewmill.storage.files import build_dir_atomically, file_sha256, user_cache_dir
 
 DATA_ENV = "VIEWMILL_DATA"
@@ -89,9 +89,10 @@ def is_fetched(dataset: Dataset, root: Path | None = None) -> bool:
 
 def fetch(name: str, *, root: Path | None = None, force: bool = False, log: Callable[[str], None] = print) -> Path:
     """Download, verify and unpack one data set into the data directory; returns its folder."""
-    dataset = BY_NAME.get(name)
+    dataset = lookup(name)
     if dataset is None:
         raise DataFetchError(f"unknown data set '{name}': choose one of {', '.join(BY_NAME)} or all")
+    name = dataset.name
     root = root or data_dir()
     target = root / dataset.folder
     if target.is_dir() and not force:

@@ -11,7 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from viewmill.storage import datasets
-from viewmill.storage.dataset_sources import BY_NAME, DATASETS
+from viewmill.storage.dataset_sources import BY_FOLDER, BY_NAME, DATASETS, lookup
+
+from viewmill.spelling import did_you_mean
 
 data_app = typer.Typer(
     help="Public evaluation and training data sets: list them, fetch them into the data directory.",
@@ -68,14 +70,18 @@ def fetch(
     """Download, verify (sha256) and unpack data sets into the data directory."""
     root = _root(data_dir)
     _off_the_lake(root)
-    wanted = list(BY_NAME) if names == ["all"] else names
-    unknown = [name for name in wanted if name not in BY_NAME]
+    found = {name: lookup(name) for name in (list(BY_NAME) if names == ["all"] else names)}
+    unknown = [name for name, dataset in found.items() if dataset is None]
     if unknown:
+        known = [*BY_NAME, *BY_FOLDER]
+        named = ", ".join(f"'{name}'{did_you_mean(name, known)}" for name in unknown)
         err_console.print(
-            f"[bold red]error:[/] unknown data set {', '.join(unknown)}: choose from {', '.join(BY_NAME)} or all",
+            f"[bold red]error:[/] unknown data set {named}: choose from {', '.join(BY_NAME)} (or a data set's "
+            "folder, as recipes write it: data:<folder>/...; viewmill data list shows both) or all",
             highlight=False,
         )
         raise typer.Exit(2)
+    wanted = list(dict.fromkeys(dataset.name for dataset in found.values() if dataset is not None))
     failed = []
     for name in wanted:
         try:

@@ -238,9 +238,19 @@ def test_cli_lists_fetches_and_uses_exit_codes(server, monkeypatch, data_root):
     monkeypatch.setitem(datasets.BY_NAME, "sick", replace(missing, sources=(replace(
         missing.sources[0], url=server.url + "/nowhere/sick_train.zip"),)))  # fmt: skip
     result = runner.invoke(app, ["data", "fetch", "nope"])
-    assert result.exit_code == 2 and "unknown data set nope: choose from sts12" in result.output
+    assert result.exit_code == 2 and "unknown data set 'nope': choose from sts12" in result.output
     result = runner.invoke(app, ["data", "fetch", "stsb"])
     assert result.exit_code == 0 and (data_root / "stsbenchmark" / "sts-dev.csv").is_file()
+    # Issue 33.4: a folder's name, as recipes write it, names its data set; a typo gets a suggestion
+    result = runner.invoke(app, ["data", "fetch", "stsbenchmark", "stsb"])
+    assert result.exit_code == 0 and result.stdout == f"stsb: already in {data_root / 'stsbenchmark'}\n"
+    result = runner.invoke(app, ["data", "fetch", "stsb", "stsb_mult_mt", "stsbenchmrk"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert " ".join(result.stderr.split()).startswith(
+        "error: unknown data set 'stsb_mult_mt' (did you mean 'stsb_multi_mt' or 'stsb-multi-mt'?), 'stsbenchmrk' "
+        "(did you mean "
+        "'stsbenchmark'?): choose from sts12, "
+    ), result.stderr
     result = runner.invoke(app, ["data", "fetch", "sick"])
     assert result.exit_code == 1 and "sick_train.zip: the server answered 404" in result.output
     result = runner.invoke(app, ["data", "list"])
@@ -253,11 +263,11 @@ def test_shipped_recipes_and_suites_name_data_sets_that_the_registry_provides(da
     """After `viewmill data fetch`, every data: path in recipes/ resolves inside the data
     directory to a folder some registry entry fills; without it the reader names the fetch."""
     monkeypatch.setattr(datasets, "shared_data_dir", lambda: data_root / "no-shared")
-    suite = load_suite(REPO / "recipes" / "eval-papers.yaml")
+    suite = load_suite("papers")
     recipes = [load_recipe(REPO / "recipes" / name) for name in ("snli-bsl-sweep.yaml", "snli-view-sources.yaml")]
     paths = [t.path for t in suite.tasks] + [f for r in recipes for f in r.corpus.files]
     referenced = [p for p in paths if data_root in p.parents]
-    assert len(referenced) == 5 + 1 + 6 + 7 + 8  # STS12-16, STS-B en-de, STS17 tracks, transfer, SNLI files
+    assert len(referenced) == 5 + 2 + 1 + 6 + 7 + 8  # STS12-16, STS-B, SICK-R, en-de, STS17, transfer, SNLI
     for path in referenced:
         assert datasets.dataset_for(path.relative_to(data_root).as_posix()) is not None, path
     with pytest.raises(EvalDataError, match="STS folder not found: .*; fetch it with: viewmill data fetch sts12"):
