@@ -29,11 +29,12 @@ from viewmill.storage.negatives import NLI_SOURCE, NliContradictions
 from viewmill.train.config import TrainConfig
 from viewmill.train.evaluation.senteval import TransferTask
 from viewmill.train.evaluation.sts import StsTask
-from viewmill.train.evaluation.suite import EvalTask
+from viewmill.train.evaluation.suite import EvalTask, standard_suites
 from viewmill.train.mining import MinedNegatives
 
 from viewmill.paths import leads_nowhere, nowhere
 from viewmill.specs import Spec
+from viewmill.spelling import did_you_mean
 
 DEFAULT_EVAL_EVERY = 20
 MAX_SENTENCE_WORDS = 10_000  # corpus.min_words / max_words: far above any sentence
@@ -94,7 +95,8 @@ class PairSpec(Spec):
     )
     negatives: Annotated[NliContradictions | MinedNegatives, Field(discriminator="source")] | None = None
     keep_identical: bool | None = Field(
-        None, description="keep pairs whose two texts are identical (dropped and counted by default: they teach nothing)"
+        None,
+        description="keep pairs whose two texts are identical (dropped and counted by default: they teach nothing)",
     )
 
     @model_validator(mode="after")
@@ -271,12 +273,30 @@ def _format_validation_error(path: Path, error: ValidationError, root: type[Base
     return "\n".join([f"recipe {path} is not valid:", *validation_lines(error, root or Recipe)])
 
 
-def load_suite(path: Path | str) -> EvaluateSpec:
-    """An evaluation suite file: the `evaluate:` section of a recipe on its own (tasks,
-    batch_size); task paths are taken from the file's folder."""
-    path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"evaluation suite not found: {path} (try recipes/eval-papers.yaml)")
+def suite_file(suite: Path | str) -> Path:
+    """A standard suite's file by its name (`papers`, `multilingual`: shipped with viewmill), or
+    a suite file, a relative path taken from the working directory."""
+    standard = standard_suites()
+    if str(suite) in standard:
+        return standard[str(suite)]
+    path = Path(suite).expanduser()
+    if leads_nowhere(path):
+        raise RecipeError(nowhere("evaluation suite", path, "name the suite file itself"))
+    if path.is_file():
+        return path
+    names = ", ".join(standard)
+    hint = did_you_mean(str(suite), list(standard)) if path.suffix == "" and len(path.parts) == 1 else ""
+    where = "" if path.is_absolute() else f" (from the working directory {Path.cwd()})"
+    raise RecipeError(
+        f"evaluation suite not found: {suite}{where}{hint}: name a standard suite ({names}) or a suite file"
+    )
+
+
+def load_suite(suite: Path | str) -> EvaluateSpec:
+    """An evaluation suite: a standard one by name, or a file (`suite_file`) holding the
+    `evaluate:` section of a recipe on its own (tasks, batch_size); task paths are taken from
+    the file's folder."""
+    path = suite_file(suite)
     try:
         raw = load_yaml(path.read_text(encoding="utf-8"))
         suite = EvaluateSpec.model_validate(raw)

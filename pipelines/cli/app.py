@@ -211,7 +211,9 @@ def main(
 
 def eval_models(
     models: Annotated[list[str], typer.Argument(help="model directories, embedded:NAME or hub ids")],
-    suite: Annotated[Path, typer.Option(help="evaluation suite YAML (tasks)")] = Path("recipes/eval-papers.yaml"),
+    suite: Annotated[
+        str, typer.Option(help="a standard suite (papers, multilingual) or a suite YAML file (tasks)")
+    ] = "papers",
     baselines: Annotated[
         bool, typer.Option(help="add each model's untrained start with mean pooling and with [CLS]")
     ] = True,
@@ -223,8 +225,11 @@ def eval_models(
     from viewmill.pipelines.cli.evaluate import evaluate_cli
     from viewmill.pipelines.recipe import load_suite
     from viewmill.pipelines.state import StatePaths
+    from viewmill.train.encoder import resolve_encoder
 
     state = StatePaths.resolve(state_dir)
+    for ref in models:  # the models named are checked first, then the suite
+        resolve_encoder(ref)
     report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out,
                           settings=load_settings(catalog))  # fmt: skip
     console.print(report.markdown, highlight=False, markup=False)

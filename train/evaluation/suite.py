@@ -23,6 +23,14 @@ def _kind(value: Any) -> str:
 EvalTask = Annotated[Annotated[StsTask, Tag("sts")] | Annotated[TransferTask, Tag("transfer")], Discriminator(_kind)]
 
 
+SUITES = Path(__file__).parent / "suites"  # package data: the suites `viewmill eval --suite NAME` names
+
+
+def standard_suites() -> dict[str, Path]:
+    """The suites shipped with viewmill by name (papers, multilingual) and their files."""
+    return {path.stem: path for path in sorted(SUITES.glob("*.yaml"))}
+
+
 @cache
 def code_fingerprint() -> str:
     """Hash of the scoring code (every module of this package): a changed evaluator never reuses an old figure."""

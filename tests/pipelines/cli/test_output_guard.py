@@ -17,7 +17,6 @@ from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
 from viewmill.storage.output_paths import OutputGuard, OutputRefused
 
-from tests.conftest import REPO
 from tests.lake_state import lake_state, paired_lake
 
 runner = CliRunner()
@@ -26,7 +25,7 @@ runner = CliRunner()
 PATH_NAME = re.compile(r"\b(out|output|dest|dir|directory|folder|file|path)\b")
 WRITES = re.compile(r"\bwrites? (the|a|an|to|into)\b|\boutput (file|folder)\b|\bfolder for\b")
 
-SUITE = str(REPO / "recipes/eval-papers.yaml")
+SUITE = "papers"
 # The options that write at the user's path: the command's arguments, given the state directory
 # S, the snapshot N and the output path P; and the name the output usually has.
 WRITERS = {
