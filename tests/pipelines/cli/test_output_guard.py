@@ -47,6 +47,7 @@ NOT_WRITERS = {
     "query_file": "read",
     "wheels": "read",
     "prefect_file": "read",
+    "max_rows": "a row count (its help mentions --output FILE)",
 }
 NOT_WRITERS_OF = {("data list", "data_dir"): "read: lists what is fetched"}
 
