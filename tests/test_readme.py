@@ -19,6 +19,9 @@ document (README.md first, then docs/ by name), each in its own order, in a scra
 that links the repository's top-level entries (`.venv`, `recipes`, ...), so files they
 write stay out of the checkout. Relative links between the documents must name a file that
 exists and, with `#anchor`, one of its headings, so moving a section cannot strand a link.
+
+Every other command the documents show (RESULTS.md, BENCHMARKS.md, the recipes' comments and the
+blocks marked skip-test) is parsed against the CLI's command tree (`documented_commands`).
 """
 
 from __future__ import annotations
@@ -236,3 +239,150 @@ def test_readme_block_runs(name, block, readme_lake):
     assert result.returncode == 0, f"{where} exited {result.returncode}: {hint}\n{body}\n---\n{result.stderr[-3000:]}"
     empty = re.search(r"^0 row\(s\)$", result.stdout, re.M)
     assert not empty, f"{where}: a documented query returned no rows against the test lake\n{body}\n{result.stdout}"
+
+
+# Every command the other documents show (RESULTS.md, BENCHMARKS.md, the recipes' comments, and the
+# README's and docs' blocks that are too long to run) is parsed against the CLI's own command tree:
+# the command exists, its options and arguments parse, the files it names exist, `data fetch` names
+# data sets, and a recipe with its --set overrides validates (the cheap part of running it).
+# A benchmark script exists and takes each option the command gives it.
+COMMAND_DOCS = [REPO / "RESULTS.md", REPO / "BENCHMARKS.md"]
+INLINE = re.compile(r"`(viewmill [^`]+)`|\bviewmill ((?:data|run|sweep|train|eval|sql|views|lake)\b[^),;`#]*)")
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    where: str  # file:line
+    words: list[str]
+
+
+def _command_lines(text: str) -> list[tuple[int, str]]:
+    """Shell lines with their backslash continuations joined, each with the line it starts on."""
+    lines, start, pending = [], 0, ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not pending:
+            start = number
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        lines.append((start, pending))
+        pending = ""
+    return lines
+
+
+def _split(where: str, line: str) -> list[DocCommand]:
+    """The commands of one shell line: `;`, `&&`, `||` and `|` separate them; redirections and leading
+    VAR=value assignments are dropped."""
+    import shlex
+
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|<>")
+    lexer.whitespace_split, lexer.commenters = True, "#"
+    commands, words, skip = [], [], False
+    try:
+        tokens = list(lexer)
+    except ValueError as exc:  # unbalanced quotes: a command no shell would run as meant
+        return [DocCommand(where, ["viewmill", f"<{exc}: {line}>"])]
+    for token in tokens:
+        if token in {";", "&&", "||", "|", "&"}:
+            commands.append(words)
+            words = []
+        elif token in {">", ">>", "<", "2>"}:
+            skip = True
+        elif skip:
+            skip = False
+        elif words or not re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", token):
+            words.append(token)
+    return [DocCommand(where, w) for w in [*commands, words] if w]
+
+
+def documented_commands() -> list[DocCommand]:
+    found = []
+    for doc in [*COMMAND_DOCS, *DOCUMENTS]:
+        for block in readme_blocks(doc.read_text(encoding="utf-8"), _name(doc)):
+            if block.lang in SHELLS and (doc in COMMAND_DOCS or block.skip):  # the others run above
+                for number, line in _command_lines(block.text):
+                    found += _split(f"{_name(doc)}:{block.line + number}", line)
+    for recipe in sorted((REPO / "recipes").glob("*.yaml")):
+        for number, line in enumerate(recipe.read_text(encoding="utf-8").splitlines(), start=1):
+            comment = line.partition("#")[2].strip() if line.lstrip().startswith("#") else ""
+            whole = [comment] if comment.startswith("viewmill ") else []  # a comment line that is a command
+            for text in whole or [m[1] or f"viewmill {m[2]}" for m in INLINE.finditer(comment)]:
+                found += _split(f"{_name(recipe)}:{number}", text)
+    return found
+
+
+DOC_COMMANDS = documented_commands()
+
+
+def _check_viewmill(words: list[str]) -> None:
+    """Parse `viewmill WORDS` as the CLI would (click's own parser: unknown commands and options,
+    missing arguments, bad values), then check what it names."""
+    import typer.main
+    from viewmill.pipelines.cli.app import app
+    from viewmill.pipelines.recipe import load_recipe
+    from viewmill.pipelines.sweep import load_sweep
+    from viewmill.storage.dataset_sources import lookup
+
+    command, ctx, path = typer.main.get_command(app), None, ["viewmill"]
+    args = list(words)
+    while hasattr(command, "commands") and args and not args[0].startswith("-"):
+        assert args[0] in command.commands, f"no command `{' '.join([*path, args[0]])}`"
+        path.append(args.pop(0))
+        command = command.commands[path[-1]]
+    parsed = command.make_context(" ".join(path), args, parent=ctx)
+    params = parsed.params
+    if path[1:] == ["data", "fetch"]:
+        unknown = [name for name in params["names"] if name != "all" and lookup(name) is None]
+        assert not unknown, f"`data fetch` of unknown data sets {unknown}"
+    recipe = params.get("recipe")
+    if recipe is not None and str(recipe).startswith("recipes/"):
+        assert (REPO / recipe).is_file(), f"{recipe} does not exist"
+        if path[1] == "sweep":
+            load_sweep(REPO / recipe, params.get("overrides") or [])
+        else:
+            load_recipe(REPO / recipe, params.get("overrides") or [])
+
+
+def _check_script(words: list[str]) -> None:
+    script = REPO / words[1]
+    assert script.is_file(), f"{words[1]} does not exist"
+    source = script.read_text(encoding="utf-8")
+    options = [w.split("=")[0] for w in words[2:] if w.startswith("--")]
+    missing = [option for option in options if f'"{option}"' not in source]
+    assert not missing, f"{words[1]} takes no option {missing}"
+
+
+def test_documented_commands_are_found():
+    wheres = {c.where.split(":")[0] for c in DOC_COMMANDS if c.words[0] == "viewmill"}
+    assert {"RESULTS.md", "BENCHMARKS.md", "recipes/multilingual.yaml", "recipes/snli-views-gain.yaml"} <= wheres
+    inline = next(c for c in DOC_COMMANDS if c.where == "recipes/snli-views-gain.yaml:2")
+    assert inline.words == ["viewmill", "data", "fetch", "snli"], "a command inside a comment's sentence"
+    assert _split("x", "A=1 viewmill sql 'SELECT 1' > out.txt && viewmill lake verify  # why") == [
+        DocCommand("x", ["viewmill", "sql", "SELECT 1"]), DocCommand("x", ["viewmill", "lake", "verify"])
+    ]  # fmt: skip
+
+
+def test_the_docs_command_check_can_fail():
+    with pytest.raises(AssertionError, match="no command `viewmill data fecth`"):
+        _check_viewmill(["data", "fecth", "snli"])
+    with pytest.raises(Exception, match="No such option: --keep-weeks"):  # click's, as typer vendors it
+        _check_viewmill(["lake", "compact", "--keep-weeks", "1"])
+    with pytest.raises(AssertionError, match=r"unknown data sets \['stsbenchmrk'\]"):
+        _check_viewmill(["data", "fetch", "snli", "stsbenchmrk"])
+    with pytest.raises(ValueError, match="train.stepz"):  # the recipe with its overrides is validated
+        _check_viewmill(["run", "recipes/demo.yaml", "--set", "train.stepz=3"])
+    with pytest.raises(AssertionError, match="takes no option"):
+        _check_script(["python", "benchmarks/batching.py", "--stepz", "3"])
+
+
+@pytest.mark.parametrize(
+    "command", [pytest.param(c, id=f"{c.where}:{' '.join(c.words[:3])}") for c in DOC_COMMANDS
+                if c.words[0] == "viewmill" or (c.words[0].endswith("python") and len(c.words) > 1
+                                                and c.words[1].startswith("benchmarks/"))],
+)  # fmt: skip
+def test_documented_command_parses_against_the_cli(command):
+    if command.words[0] == "viewmill":
+        _check_viewmill(command.words[1:])
+    else:
+        _check_script(command.words)
