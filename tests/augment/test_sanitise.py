@@ -70,7 +70,8 @@ def test_a_run_stores_rejected_sentences_and_counts_them(tmp_path):
     recipe.write_text(
         f"name: sane\ncorpus: {{files: [{corpus}], max_words: 400}}\n"
         "augmenters:\n  - {name: same, method: identity}\n"
-        "  - {name: syn, method: synonym, ratio: 0.3, seed: 1}\npair: {view_a: same, view_b: syn}\n",
+        "  - {name: syn, method: synonym, ratio: 0.3, seed: 1}\n"
+        "pair: {view_a: same, view_b: syn, keep_identical: true}\n",
         encoding="utf-8",
     )
     state = tmp_path / "state"

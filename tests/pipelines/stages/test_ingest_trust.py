@@ -19,7 +19,7 @@ corpus: {corpus}
 augmenters:
   - {{name: same, method: identity}}
   - {{name: syn, method: synonym, ratio: 0.3, seed: 1}}
-pair: {{view_a: same, view_b: syn}}
+pair: {{view_a: same, view_b: syn, keep_identical: true}}
 """
 CAFE = "A man plays a guitar in the caf\u00e9."
 HEBREW = "שלום עולם, מה שלומך היום?"
