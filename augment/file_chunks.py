@@ -6,8 +6,10 @@ each split on its own, give the lines of the whole file, numbered the same.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -15,11 +17,12 @@ BLOCK_BYTES = 1 << 22  # 4 MiB
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
-def line_chunks(path: Path, block_bytes: int | None = None) -> Iterator[bytes]:
-    """The file's bytes in pieces that each end with a line break (the last: where the file
-    ends), a UTF-8 byte-order mark at its start dropped; read `block_bytes` at a time."""
+def line_chunks(source: Path | BinaryIO, block_bytes: int | None = None) -> Iterator[bytes]:
+    """The file's bytes (or an open stream's, e.g. a decompressed one) in pieces that each end
+    with a line break (the last: where the file ends), a UTF-8 byte-order mark at its start
+    dropped; read `block_bytes` at a time."""
     block_bytes = block_bytes or BLOCK_BYTES
-    with path.open("rb") as handle:
+    with source.open("rb") if isinstance(source, Path) else contextlib.nullcontext(source) as handle:
         head = handle.read(len(UTF8_BOM))
         pending = [] if head == UTF8_BOM else [head]  # the start of a line that has not ended yet
         while block := handle.read(block_bytes):

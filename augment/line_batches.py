@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from viewmill.augment.file_chunks import line_chunks, line_offsets
+from viewmill.augment.file_chunks import line_offsets
 from viewmill.augment.readers import READERS, RawLine, ReadOptions, Record, not_text, open_parquet
-from viewmill.augment.source_files import Malformed, decode_line, require_file, require_utf8
+from viewmill.augment.source_files import Malformed, decode_line, require_file, require_utf8, source_chunks
 
 BATCH_RECORDS = 4096  # a reader's records grouped at most this many at a time
 PARQUET_BATCH = 65536
@@ -80,7 +80,7 @@ def text_batches(path: Path) -> Iterator[LineBatch | Malformed]:
     require_file(path)
     require_utf8(path)
     row = 0
-    for chunk in line_chunks(path):
+    for chunk in source_chunks(path):
         offsets = line_offsets(chunk)
         count = len(offsets) - 1
         lines = _utf8_lines(chunk, offsets)

@@ -4,6 +4,7 @@ malformed records instead of failing on them; `ingest` applies the recipe's poli
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -11,7 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from viewmill.augment.source_files import CorpusError, Malformed, iter_lines, read_lines, require_file, require_utf8
+from viewmill.augment.source_files import (
+    DAMAGED,
+    CorpusError,
+    Malformed,
+    compression_of,
+    damaged,
+    iter_lines,
+    open_source,
+    read_lines,
+    require_file,
+    require_utf8,
+)
 from viewmill.storage.extension_points import Registry, RegistryError
 
 if TYPE_CHECKING:
@@ -148,7 +160,7 @@ def read_csv(path: Path, options: ReadOptions) -> Iterator[Record]:
     require_utf8(path)
     start = 1
     try:
-        with path.open(encoding="utf-8", newline="") as handle:
+        with io.TextIOWrapper(open_source(path), encoding="utf-8", newline="") as handle:
             reader = csv.DictReader(handle, strict=True)
             if reader.fieldnames is None or column not in reader.fieldnames:
                 raise _missing_column(path, column, list(reader.fieldnames or []))
@@ -167,6 +179,8 @@ def read_csv(path: Path, options: ReadOptions) -> Iterator[Record]:
                     yield RawLine(value, str(path), row)
     except UnicodeDecodeError as exc:
         raise CorpusError(f"{path}: not valid UTF-8 ({exc.reason}); re-encode it, e.g. iconv -t utf-8") from None
+    except DAMAGED as exc:
+        raise damaged(path, exc) from None
     except csv.Error as exc:
         raise CorpusError(
             f"{path}:{start}: CSV cannot be parsed from this line on ({exc}): a quote opened here is never closed? "
@@ -195,6 +209,11 @@ def open_parquet(path: Path, options: ReadOptions) -> tuple[pq.ParquetFile, str]
 
     column = _text_column(options, "parquet")
     require_file(path)
+    compression = compression_of(path)
+    if compression is not None:  # Parquet compresses inside the file: a compressed copy is no Parquet file
+        raise CorpusError(
+            f"{path} is {compression}-compressed: decompress it and point corpus.files at the Parquet file"
+        )
     try:
         # Pre-buffering keeps every row group's raw bytes until the file is closed: at 10M
         # sentences, 0.4 GiB. A local file streams as well without it.
