@@ -166,6 +166,9 @@ def _read_halves(records: Iterable[RawLine | Malformed], clean: Callable[[str], 
 _REJECTION_FIXES = {
     "wrong_script": "set corpus.lang to the language the corpus is written in",
     "paragraph_too_long": "separate the paragraphs with blank lines, or use format: text for one sentence a line",
+    "combining_mark_flood": "the file stacks more than 30 combining marks on a letter (Zalgo text): clean it first",
+    "mixed_script_confusable": "words mix look-alike letters of two scripts (e.g. Cyrillic in Latin): check the "
+    "file's encoding or its source (viewmill sql \"SELECT text FROM rejected_sentences\")",
 }
 
 

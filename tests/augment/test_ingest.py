@@ -151,3 +151,12 @@ def test_a_corpus_all_in_another_script_says_to_set_its_language(tmp_path):
         "0 malformed, 1 rejected as unusable text {'wrong_script': 1}): set corpus.lang to the language the corpus "
         "is written in; point corpus.files at non-empty files or relax corpus.min_words/max_words"
     )
+
+
+def test_a_corpus_all_of_look_alike_spoofs_says_what_to_check(tmp_path):
+    f = tmp_path / "spoof.txt"
+    f.write_text("A man plays a guit\u0430r in the park.\n", encoding="utf-8")
+    with pytest.raises(CorpusError) as err:
+        _ingest_result([f], lang="en")
+    assert "{'mixed_script_confusable': 1}): words mix look-alike letters of two scripts" in str(err.value)
+    assert 'viewmill sql "SELECT text FROM rejected_sentences"' in str(err.value)
