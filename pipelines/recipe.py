@@ -21,6 +21,8 @@ from viewmill.augment.augmenters import AugmenterSpec
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.readers import READERS, ReadOptions, nli_formats
 from viewmill.pipelines.messages import validation_lines
+from viewmill.pipelines.overrides import OverrideError
+from viewmill.pipelines.overrides import apply_overrides as overrides_applied
 from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
 from viewmill.pipelines.sweep_spec import SweepSpec
 from viewmill.storage import datasets
@@ -344,23 +346,12 @@ def _model_beside(base: Path, ref: str, field: str) -> str:
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """`train.objective=ntxent`-style settings (values parsed as YAML) applied to a raw recipe."""
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise RecipeError(f"override '{item}' is not KEY=VALUE (e.g. train.objective=ntxent)")
-        node = raw
-        *parents, leaf = key.strip().split(".")
-        for part in parents:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise RecipeError(f"override '{item}': '{part}' is not a section of the recipe")
-            node = child
-        try:
-            node[leaf] = load_yaml(value)
-        except (yaml.YAMLError, YamlTooLarge) as exc:
-            raise RecipeError(f"override '{item}': the value is not usable YAML ({exc})") from None
-    return raw
+    """`train.objective=ntxent`-style settings (values parsed as YAML) applied to a raw recipe
+    (`augmenters.bt_es.engine=hf`: a list's entry by its name)."""
+    try:
+        return overrides_applied(raw, overrides)
+    except OverrideError as exc:
+        raise RecipeError(str(exc)) from None
 
 
 def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
