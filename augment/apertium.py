@@ -17,29 +17,61 @@ from pathlib import Path
 from viewmill.augment.engines import DecodingSpec, Engine, EngineError, EngineOptions, debian_version
 
 # ISO 639-1 -> Apertium's ISO 639-3 codes for the language pairs viewmill knows.
-APERTIUM_CODES = {"en": "eng", "es": "spa", "ca": "cat", "fr": "fra", "de": "deu", "pt": "por", "it": "ita"}
+APERTIUM_CODES = {
+    "en": "eng", "es": "spa", "ca": "cat", "fr": "fra", "de": "deu", "pt": "por", "it": "ita", "gl": "glg",
+}  # fmt: skip
+# Debian's Apertium packages by language pair (each serves both directions). Their mode files
+# are named by ISO 639-3 codes (eng-spa, spa-ita) or by ISO 639-1 codes (es-fr, es-pt, en-gl),
+# as each pair's upstream chose: `mode_for` looks for both.
+DEBIAN_PAIRS = {
+    frozenset(pair.split("-")): package
+    for pair, package in {
+        "en-es": "apertium-eng-spa", "en-ca": "apertium-eng-cat", "en-gl": "apertium-en-gl",
+        "es-fr": "apertium-fr-es", "es-it": "apertium-spa-ita", "es-pt": "apertium-es-pt",
+        "es-ca": "apertium-spa-cat", "es-gl": "apertium-es-gl", "ca-it": "apertium-cat-ita",
+        "ca-fr": "apertium-fra-cat", "ca-pt": "apertium-por-cat", "gl-pt": "apertium-pt-gl",
+    }.items()
+}  # fmt: skip
+
+
+def apertium_modes_dir() -> Path:
+    """Where the installed directions' mode files are (honours APERTIUM_DATADIR)."""
+    return Path(os.environ.get("APERTIUM_DATADIR", "/usr/share/apertium")) / "modes"
 
 
 @cache
-def apertium_modes() -> frozenset[str]:
-    binary = shutil.which("apertium")
-    if binary is None:
+def apertium_modes(folder: Path) -> frozenset[str]:
+    """The installed directions: the mode files in `folder` (what `apertium -l` lists)."""
+    if shutil.which("apertium") is None:
         raise EngineError(
             "Apertium is not installed: apt-get install apertium apertium-eng-spa apertium-eng-cat "
             "(the quick start does this for you)"
         )
-    out = subprocess.run([binary, "-l"], capture_output=True, text=True, check=True).stdout
-    return frozenset(line.strip() for line in out.splitlines() if line.strip())
+    return frozenset(path.stem for path in folder.glob("*.mode"))
 
 
-def apertium_package(codes: list[str]) -> str:
-    """Debian names language pairs with English first: apertium-eng-spa serves eng-spa and spa-eng."""
-    return "apertium-" + "-".join(sorted(codes, key=lambda c: c != "eng"))
+def apertium_package(src: str, tgt: str) -> str | None:
+    """The Debian package that translates src>tgt (and tgt>src); None when Debian ships none."""
+    return DEBIAN_PAIRS.get(frozenset((src, tgt)))
 
 
 def apertium_mode_file(mode: str) -> Path:
     """Where the `apertium` wrapper finds a direction's pipeline (honours APERTIUM_DATADIR)."""
-    return Path(os.environ.get("APERTIUM_DATADIR", "/usr/share/apertium")) / "modes" / f"{mode}.mode"
+    return apertium_modes_dir() / f"{mode}.mode"
+
+
+def _missing_direction(src: str, tgt: str, installed: frozenset[str]) -> str:
+    package = apertium_package(src, tgt)
+    if package is None:
+        pairs = ", ".join(sorted("-".join(sorted(pair)) for pair in DEBIAN_PAIRS))
+        return (
+            f"Debian ships no Apertium package for {src}>{tgt}: chain through a language both reach, e.g. "
+            f"pivots: [es] on a forward augmenter or path: [{src}, es, {tgt}, ...] (Debian's pairs: {pairs})"
+        )
+    return (
+        f"apertium has no {src}>{tgt} direction installed: sudo apt-get install {package} "
+        f"(installed directions: {', '.join(sorted(installed)) or 'none'})"
+    )
 
 
 class ApertiumEngine:
@@ -67,7 +99,8 @@ class ApertiumEngine:
         self.src, self.tgt = src, tgt
         self.timeout_s = timeout_s  # None: from the batch size
         self.mode = self.mode_for(src, tgt)
-        self.package = apertium_package(self.mode.split("-"))
+        # The package names the engine in cache keys; a mode installed from elsewhere, its own name.
+        self.package = apertium_package(src, tgt) or f"apertium-{self.mode}"
         self.model = self.package
         self.revision = debian_version(self.package)
         self._pipeline: subprocess.Popen[bytes] | None = None
@@ -75,16 +108,15 @@ class ApertiumEngine:
 
     @staticmethod
     def mode_for(src: str, tgt: str) -> str:
+        """The installed mode translating src>tgt: named by ISO 639-3 codes or by ISO 639-1 codes."""
         codes = [APERTIUM_CODES.get(lang) for lang in (src, tgt)]
         if None in codes:
             raise EngineError(f"apertium: no language code known for {src}>{tgt}; use one of {sorted(APERTIUM_CODES)}")
-        mode = f"{codes[0]}-{codes[1]}"
-        if mode not in apertium_modes():
-            raise EngineError(
-                f"apertium has no {src}>{tgt} direction ({mode}): apt-get install {apertium_package(codes)} "
-                f"(installed directions: {', '.join(sorted(apertium_modes()))})"
-            )
-        return mode
+        installed = apertium_modes(apertium_modes_dir())
+        for mode in (f"{codes[0]}-{codes[1]}", f"{src}-{tgt}"):
+            if mode in installed:
+                return mode
+        raise EngineError(_missing_direction(src, tgt, installed))
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._pipeline is not None and self._pipeline.poll() is None:

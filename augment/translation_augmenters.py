@@ -1,13 +1,19 @@
 """Translation augmenters: round trips through pivot languages (`backtranslation`) and
-forward translation (`forward`), and the producer that chains their engines' legs through
-the translation cache."""
+forward translation (`forward`, straight or through `pivots`), and the producer that chains
+their engines' legs through the translation cache.
+
+Each leg (hop) is one engine call keyed in the cache on its own, so a hop two augmenters share
+(en>es, under fwd_es and under fwd_fr by way of es) is translated once. A view records its
+chain: `path` names the languages (en>es>fr), and its provenance lists each hop's engine,
+model@revision and cache key in path order (`chain_hops` reads them back together).
+"""
 
 from __future__ import annotations
 
 import itertools
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 from viewmill.augment.augmenter_base import AugmenterConfig, ProduceContext, ProducedView, Producer, Provenance
 from viewmill.augment.cache import translate_cached
 from viewmill.augment.engines import ENGINES, DecodingSpec, TranslationEngine, make_engine
@@ -32,7 +38,10 @@ class Translating(AugmenterConfig):
         None, description="ctranslate2: int8, float16, bfloat16, float32; hf: float32, float16, bfloat16"
     )
     max_batch_tokens: int | None = Field(
-        None, ge=64, le=1 << 24, description="neural engines: source tokens x beam per batch (default 4096 on CPU, 32768 on GPU)"
+        None,
+        ge=64,
+        le=1 << 24,
+        description="neural engines: source tokens x beam per batch (default 4096 on CPU, 32768 on GPU)",
     )
     decoding: DecodingSpec = DecodingSpec()
 
@@ -86,23 +95,68 @@ class BackTranslation(Translating):
 
 
 class Forward(Translating):
-    """Forward translation into another language: the view is the translation itself."""
+    """Forward translation into another language: the view is the translation itself.
+
+    `pivots` are languages the translation passes through, one engine hop each: source en,
+    pivots [es], target fr is en>es>fr. `pivots: [es, fr]` says the same (a chain ending in its
+    target; `target` may then be left out)."""
 
     method: Literal["forward"] = "forward"
     source: str = "en"
     target: str
+    pivots: list[str] = Field(default_factory=list, description="languages passed through on the way to target")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chain_ends_in_target(cls, data: Any) -> Any:
+        """`pivots: [es, fr]` (target fr or none) is read as pivots [es], target fr."""
+        if isinstance(data, dict) and data.get("pivots"):
+            pivots = list(data["pivots"])
+            if data.get("target") in (None, pivots[-1]):
+                data = {**data, "target": pivots[-1], "pivots": pivots[:-1]}
+        return data
+
+    @model_validator(mode="after")
+    def _each_language_once(self):
+        path = [self.source, *self.pivots, self.target]
+        if len(set(path)) != len(path):
+            raise ValueError(f"a forward chain passes each language once: {'>'.join(path)}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _no_pivots_no_key(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A straight forward augmenter dumps (and hashes) as before pivots existed: its views stay current."""
+        data = handler(self)
+        if not self.pivots:
+            data.pop("pivots", None)
+        return data
 
     @property
     def legs(self) -> list[tuple[str, str]]:
-        return [(self.source, self.target)]
+        return list(itertools.pairwise([self.source, *self.pivots, self.target]))
 
     @property
     def path_label(self) -> str:
-        return f"{self.source}>{self.target}"
+        return ">".join([self.source, *self.pivots, self.target])
+
+
+def chain_hops(path: str, provenance: Provenance) -> list[dict[str, str]]:
+    """A translated view's hops in order: engine, model@revision, src, tgt and cache key each
+    (its `path` and provenance, stored side by side, read together)."""
+    langs = path.split(">")
+    legs = list(itertools.pairwise(langs))
+    if not (len(legs) == len(provenance.engines) == len(provenance.models) == len(provenance.cache_keys)):
+        raise ValueError(f"path {path} has {len(legs)} hops, its provenance {len(provenance.engines)} engines")
+    return [
+        {"engine": engine, "model": model, "src": src, "tgt": tgt, "cache_key": key}
+        for (src, tgt), engine, model, key in zip(
+            legs, provenance.engines, provenance.models, provenance.cache_keys, strict=True
+        )
+    ]
 
 
 class TranslationProducer:
-    """Chains the spec's legs: a round trip back to the source, or one forward leg."""
+    """Chains the spec's legs: a round trip back to the source, or forward through any pivots."""
 
     def __init__(self, spec: BackTranslation | Forward) -> None:
         self.spec = spec
