@@ -82,6 +82,14 @@ def deploy(
     names: Annotated[list[str] | None, typer.Option("--name", help="with --prefect-file: only these")] = None,
     gpu_limit: Annotated[int, typer.Option(help="concurrency limit for the `gpu` tag, when missing")] = 1,
     create_pools: Annotated[bool, typer.Option(help="create missing work pools (type process)")] = True,
+    catalog: Annotated[
+        str | None,
+        typer.Option(
+            help="the runs' lake catalog: sqlite (default), duckdb or postgres:'dbname=... host=...' "
+            "(set as VIEWMILL_CATALOG in the deployments' environment; no password: workers give it "
+            "with PGPASSWORD or ~/.pgpass)"
+        ),
+    ] = None,
 ) -> None:
     """Register a recipe's deployments on your Prefect server (PREFECT_API_URL or the active
     profile): nightly augmentation on --cpu-pool, training on each new pairs snapshot on --gpu-pool.
@@ -97,6 +105,12 @@ def deploy(
             param_hint="RECIPE",
         )
     # Bad input is refused before any server is asked.
+    env = catalog_env(catalog, StatePaths.resolve(state_dir).root)
+    if env and prefect_file is not None:
+        raise typer.BadParameter(
+            "prefect.yaml's deployments take their environment from its job_variables: set VIEWMILL_CATALOG "
+            "there, or deploy a recipe", param_hint="--catalog",
+        )  # fmt: skip
     if recipe is not None:
         recipe_name = load_recipe(recipe).name
         pools = [cpu_pool, gpu_pool]
@@ -119,6 +133,8 @@ def deploy(
     folder = str(resolve_user_path(workdir, "--workdir", "point it at a folder")) if workdir else None
     workers = deploying.Workers(cpu_pool, gpu_pool, folder)
     made = deploying.recipe_deployments(recipe, StatePaths.resolve(state_dir).root, cron=cron, workers=workers)
+    for deployment in made:
+        deployment.job_variables = {**deployment.job_variables, **({"env": env} if env else {})}
     for name in deploying.register(made):
         err_console.print(f"deployed {name}", highlight=False)
     warning = deploying.rival_warning(recipe_name, served=False)
@@ -129,3 +145,25 @@ def deploy(
         f"prefect worker start --pool {cpu_pool} --type process (and --pool {gpu_pool} for training)",
         highlight=False,
     )
+
+
+def catalog_env(catalog: str | None, state_root: Path) -> dict[str, str]:
+    """The deployments' environment for `--catalog`: VIEWMILL_CATALOG, a file catalog's path made
+    absolute (a worker runs elsewhere). A password is refused: a deployment's environment is stored
+    on the Prefect server and shown in its UI."""
+    if not catalog:
+        return {}
+    from viewmill.storage.catalog import CATALOG_ENV, Catalog, LakeError
+
+    try:
+        parsed = Catalog.parse(catalog, state_root / "lake")
+    except LakeError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--catalog") from None
+    if parsed.password is not None:
+        raise typer.BadParameter(
+            "the catalog holds a password, which the deployments would store on the Prefect server: drop it "
+            "and give the workers PGPASSWORD or a ~/.pgpass", param_hint="--catalog",
+        )  # fmt: skip
+    if parsed.kind == "postgres":
+        return {CATALOG_ENV: catalog}
+    return {CATALOG_ENV: f"{parsed.kind}:{Path(parsed.target).expanduser().resolve()}"}

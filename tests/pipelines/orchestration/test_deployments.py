@@ -97,3 +97,43 @@ def test_prefect_yaml_points_at_real_flows_and_pools():
     train = by_name["demo-train"]
     assert train["work_pool"]["name"] == "viewmill-gpu"
     assert train["triggers"][0]["expect"] == ["viewmill.snapshot.created"]
+
+
+def test_deploy_takes_a_catalog_for_its_runs_but_never_a_password(tmp_path, tiny_recipe, monkeypatch):
+    """Issue 33.6: `deploy --catalog`, as `run` and `serve` have it: the deployments' environment names the
+    catalog (a file catalog's path made absolute for workers elsewhere); a password is refused before any
+    server is asked, since the deployment stores its environment on the server."""
+    import re
+
+    from viewmill.pipelines.cli.prefect import catalog_env
+
+    monkeypatch.chdir(tmp_path)
+    assert catalog_env("sqlite:cat/lake.sqlite", tmp_path) == {"VIEWMILL_CATALOG": f"sqlite:{tmp_path}/cat/lake.sqlite"}
+    assert catalog_env("postgres:dbname=lake host=db", tmp_path) == {"VIEWMILL_CATALOG": "postgres:dbname=lake host=db"}
+    assert catalog_env(None, tmp_path) == {}
+
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{_closed_port()}/api")
+    secret = runner.invoke(app, ["deploy", str(tiny_recipe), "--catalog", "postgres:dbname=lake password=hunter2"])
+    flat = re.sub(r"[\s│╭╮╰╯─]+", " ", secret.output)
+    assert secret.exit_code == 2 and "the catalog holds a password" in flat and "PGPASSWORD" in flat
+    assert "hunter2" not in secret.output and "unreachable" not in secret.output
+    bad = runner.invoke(app, ["deploy", str(tiny_recipe), "--catalog", "mysql:x"])
+    assert bad.exit_code == 2 and "is not understood" in bad.output
+    assert "--catalog" in runner.invoke(app, ["deploy", "-h"]).output
+
+
+def test_deployed_runs_get_the_catalog_in_their_environment(tmp_path, tiny_recipe, monkeypatch):
+    from viewmill.pipelines.orchestration import deploy, prefect_env
+
+    registered = []
+    monkeypatch.setattr(prefect_env, "connect_prefect", lambda _: "server: test")
+    monkeypatch.setattr(deploy, "ensure_gpu_limit", lambda limit: False)
+    monkeypatch.setattr(deploy, "register", lambda made: registered.extend(made) or [d.name for d in made])
+    monkeypatch.setattr(deploy, "rival_warning", lambda *a, **k: None)
+    args = ["deploy", str(tiny_recipe), "--no-create-pools", "--workdir", str(tmp_path / "w"),
+            "--catalog", "duckdb:" + str(tmp_path / "c.ducklake")]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert [d.job_variables for d in registered] == [
+        {"working_dir": str(tmp_path / "w"), "env": {"VIEWMILL_CATALOG": f"duckdb:{tmp_path / 'c.ducklake'}"}}
+    ] * 2
