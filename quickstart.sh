@@ -14,6 +14,11 @@ command=$1; shift
 case "$command" in demo|test|install) ;; *) usage ;; esac
 
 SYSTEM_PACKAGES=(apertium apertium-eng-spa apertium-eng-cat wordnet-base)
+# Debian's Apertium pairs that chains reach French, Italian, Portuguese and Galician by
+# (recipes/multilingual-chain.yaml, docs/engines.md); the tests translate through them. The demo
+# needs none of them, so it does not wait for them.
+CHAIN_PACKAGES=(apertium-fr-es apertium-spa-ita apertium-cat-ita apertium-es-pt apertium-en-gl)
+[ "$command" != demo ] && SYSTEM_PACKAGES+=("${CHAIN_PACKAGES[@]}")
 # The tests also start a real PostgreSQL server (the lake's multi-writer catalog).
 [ "$command" = test ] && SYSTEM_PACKAGES+=(postgresql)
 
