@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from viewmill.augment.augmenters import make_producer
+from viewmill.augment.augmenters import AugmenterConfig, make_producer
+from viewmill.augment.engines import EngineError
 from viewmill.augment.readers import READERS
 from viewmill.augment.source_files import CorpusError, Malformed, require_file
 from viewmill.pipelines.context import RunContext
@@ -48,7 +49,7 @@ def preflight(ctx: RunContext) -> PreflightResult:
     check_not_orphaned(ctx.state.lake, catalog=settings.catalog_spec(), data_path=settings.data_path)
     sampled = check_corpus_sample(recipe)
     for spec in recipe.augmenters:
-        make_producer(spec).close()  # without the lake: a data-derived producer's identity needs ingest's rows
+        check_augmenter(spec)
     if recipe.filters.meaning is not None:
         check_encoder("filters.meaning.encoder", recipe.filters.meaning.encoder)
     if isinstance(recipe.pair.negatives, MinedNegatives):
@@ -60,6 +61,16 @@ def preflight(ctx: RunContext) -> PreflightResult:
     encoder = check_encoder("train.encoder", recipe.train.encoder) if recipe.train is not None else None
     check_lake_files(ctx)
     return PreflightResult(sources=len(recipe.corpus.files), sampled=sampled, encoder=encoder)
+
+
+def check_augmenter(spec: AugmenterConfig) -> None:
+    """Build the augmenter's producer (engines for every hop of a chain, language directions,
+    WordNet; no weights) and close it; an engine's refusal (a hop no installed engine
+    translates, with the apt-get line that installs it) names the augmenter and its path."""
+    try:
+        make_producer(spec).close()  # without the lake: a data-derived producer's identity needs ingest's rows
+    except EngineError as exc:
+        raise EngineError(f"augmenter {spec.name} ({spec.path_label}): {exc}") from None
 
 
 def check_lake_files(ctx: RunContext) -> None:
