@@ -153,6 +153,23 @@ def test_explain_analyze_cannot_run_a_write(state):
     assert _sql(state, "SELECT count(*) AS n FROM sentences").stdout == "n\n3\n", "the lake still reads"
 
 
+def test_explain_analyze_of_a_query_in_parentheses_runs_and_options_are_refused_saying_what_to_write(state):
+    """Issue 30 (8): `EXPLAIN ANALYZE (SELECT 1)` was refused as "takes no options"."""
+    for query, key in (("EXPLAIN ANALYZE (SELECT count(*) AS n FROM sentences)", "analyzed_plan"),
+                       ("EXPLAIN (SELECT 1)", "physical_plan")):  # fmt: skip
+        result = _sql(state, query)
+        assert result.exit_code == 0 and result.stdout.startswith(f"explain_key,explain_value\n{key},"), result.output
+    assert "Query Profiling Information" in _sql(state, "EXPLAIN ANALYZE (SELECT 1)").stdout
+    assert _sql(state, "EXPLAIN ANALYZE (SELECT 1) UNION (SELECT 2)").exit_code == 0
+    for query in ("EXPLAIN (FORMAT json) SELECT 1", "EXPLAIN (ANALYZE) SELECT 1", "EXPLAIN (FORMAT json) (SELECT 1)"):
+        assert _refused(state, query) == _message(
+            f"EXPLAIN takes no options in viewmill sql ({query[:60]!r}): write EXPLAIN or EXPLAIN ANALYZE and then "
+            "the query, e.g. EXPLAIN ANALYZE SELECT count(*) FROM views"
+        )
+    copy = _refused(state, "EXPLAIN ANALYZE (COPY (SELECT 1) TO '{lake}/x.csv')")  # not a query: DuckDB cannot parse it
+    assert copy.startswith('error: query failed: Parser Error: syntax error at or near "COPY"')
+
+
 # One query for each refused use, written as an attacker would (files, secrets, network, writes...).
 REPRESENTATIVES = {
     Use.FILES: ("read_text", "SELECT * FROM read_text('{lake}/catalog.sqlite')"),
