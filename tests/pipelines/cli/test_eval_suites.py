@@ -41,7 +41,10 @@ def test_the_standard_suites_are_package_data_named_from_any_directory(elsewhere
     assert len(papers.tasks) == 21 and [t.name for t in papers.tasks][5:7] == ["STS-B", "SICK-R"]
     assert [t.name for t in multilingual.tasks] == [
         "stsb-test", "sickr-test", "stsb-pt-test", "stsb-es-test", "stsb-en-pt-test", "stsb-en-es-test",
+        "stsb-fr-test", "stsb-it-test", "stsb-en-fr-test", "stsb-en-it-test",
     ]  # fmt: skip
+    fr_it = [(t.lang_a, t.lang_b, t.split) for t in multilingual.tasks[-4:]]
+    assert fr_it == [("fr", "fr", "test"), ("it", "it", "test"), ("en", "fr", "test"), ("en", "it", "test")]
     data = elsewhere.parent / "data"
     assert all(data in t.path.parents for t in papers.tasks + multilingual.tasks), "every file a fetched data set"
 
