@@ -167,7 +167,7 @@ class TrainSpec(TrainConfig):
 
 
 class EvaluateSpec(Spec):
-    tasks: list[EvalTask] = Field(min_length=1)
+    tasks: list[EvalTask] = Field(description="the tasks; [] evaluates nothing (as `viewmill run --no-eval`)")
     baseline: bool = True
     batch_size: int = Field(64, ge=1, le=65536)
 
@@ -308,6 +308,8 @@ def load_suite(suite: Path | str) -> EvaluateSpec:
         raise RecipeError(f"suite {path}: {exc}") from None
     except ValidationError as exc:
         raise RecipeError(_format_validation_error(path, exc, EvaluateSpec).replace("recipe", "suite", 1)) from None
+    if not suite.tasks:
+        raise RecipeError(f"suite {path} has no tasks: name at least one under tasks:")
     base = path.resolve().parent
     for task in suite.tasks:
         _resolve_task_paths(task, base)

@@ -118,7 +118,7 @@ def _train_and_evaluate(
     recipe asks for a baseline)."""
     spec = ctx.recipe.train
     assert spec is not None
-    evaluates = evaluate and ctx.recipe.evaluate is not None
+    evaluates = evaluate and ctx.recipe.evaluate is not None and bool(ctx.recipe.evaluate.tasks)
     models = []
     base = resolve_encoder(spec.encoder)
     start = EvalTarget("untrained", base, model_id_of(base)) if evaluates else None

@@ -53,9 +53,12 @@ def run(
     overrides: Overrides = None,
     prefect: PrefectOption = True,
     dask: DaskOption = None,
+    evaluate: Annotated[
+        bool, typer.Option("--eval/--no-eval", help="evaluate the trained model on the recipe's evaluate tasks")
+    ] = True,
 ) -> None:
-    """Run a recipe end to end: ingest, augment, pair, train, evaluate."""
-    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=None, evaluate=True)
+    """Run a recipe end to end: ingest, augment, pair, train, evaluate (--no-eval: stop after training)."""
+    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=None, evaluate=evaluate, needs_train=False)
 
 
 def train(
@@ -70,7 +73,7 @@ def train(
     dask: DaskOption = None,
 ) -> None:
     """Train the recipe's encoder (no evaluation); the model is recorded in the lake with its lineage."""
-    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=snapshot, evaluate=False)
+    _run(recipe, state_dir, catalog, overrides, prefect, dask, snapshot=snapshot, evaluate=False, needs_train=True)
 
 
 def _run(
@@ -83,6 +86,7 @@ def _run(
     *,
     snapshot: str | None,
     evaluate: bool,
+    needs_train: bool,
 ) -> None:
     from viewmill.augment.readers import CorpusError
     from viewmill.pipelines.cli.report import render_summary
@@ -97,7 +101,7 @@ def _run(
     try:
         _check_dask(dask, prefect)
         parsed = load_recipe(recipe, overrides)  # the run's one parse: a flow gets this recipe, not the file
-        if not evaluate and parsed.train is None:
+        if needs_train and parsed.train is None:
             raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
         ctx = RunContext(parsed, state, settings)
         if snapshot is None:
