@@ -276,3 +276,57 @@ def test_a_repair_killed_part_way_is_finished_by_the_next_one(state, tmp_path, p
     finished = _lake(["repair"], state)
     assert finished.exit_code == 0 and "lake consistent" in finished.output, finished.output
     _expect_repaired(state, expected)
+
+
+def test_a_missing_key_file_is_named_with_the_fix_and_either_fix_works(state, tmp_path):
+    """Issue 30: the key that signs the records is a file of the state folder. Without it, verify
+    says so (exit 2, not "ok" and not every file "unhashed"), writers are refused before writing;
+    putting the file back, or (lost for good) trusting today's files under a new key, both mend it."""
+    lake_root, key = state / "lake", state / "lake" / "lake.key"
+    saved, before = key.read_bytes(), lake_state(lake_root)
+    key.unlink()
+    records = lake_root / "data" / RECORD_DIR
+    missing = (
+        f"error: the lake's file-hash records are signed, but its signing key {key} is missing: restore that file "
+        "from a backup of the state directory, or copy it from the state directory of a machine that writes this "
+        f"lake (lake/lake.key); if it is lost for good, move {records} aside and run `viewmill lake verify "
+        "--record-hashes`, which trusts the files as they are now under a new key"
+    )
+    for args in (["verify"], ["verify", "--quick"], ["verify", "--record-hashes"], ["repair"]):
+        result = _lake(args, state)
+        assert (result.exit_code, " ".join(result.output.split())) == (2, missing), args
+    with pytest.raises(LakeError, match="its signing key .* is missing"):
+        Lake(lake_root)
+    assert not key.exists() and lake_state(lake_root) == before, "no new key, nothing written"
+
+    key.write_bytes(saved)  # the fix: the file put back
+    assert _lake(["verify"], state).exit_code == 0
+
+    key.unlink()  # lost for good: the records set aside, today's files trusted under a new key
+    records.rename(tmp_path / "file-hashes.aside")
+    trusted = _lake(["verify", "--record-hashes"], state)
+    assert trusted.exit_code == 0 and f"recorded the content hash of {_n_files(lake_root)} file(s)" in trusted.output
+    assert key.read_bytes() != saved and _lake(["verify"], state).exit_code == 0
+    assert lake_state(lake_root) == before
+
+
+def test_another_lakes_key_file_is_refused_by_name(state, tmp_path):
+    other = tmp_path / "other" / "lake"
+    paired_lake(other)
+    (state / "lake" / "lake.key").write_bytes((other / "lake.key").read_bytes())
+    result = _lake(["verify"], state)
+    assert result.exit_code == 2
+    assert " ".join(result.output.split()) == (
+        f"error: the signing key {state / 'lake' / 'lake.key'} is not the key this lake's catalog names (a key file "
+        "from another lake?): put this lake's own lake.key there, from a backup of its state directory or from a "
+        "machine that writes it"
+    )
+
+
+def test_a_copied_state_directory_carries_its_key_and_verifies(state, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(state, copy)
+    assert (copy / "lake" / "lake.key").read_bytes() == (state / "lake" / "lake.key").read_bytes()
+    assert oct((copy / "lake" / "lake.key").stat().st_mode & 0o777) == "0o600"
+    result = _lake(["verify"], copy)
+    assert result.exit_code == 0 and "lake ok:" in result.output, result.output
