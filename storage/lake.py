@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -333,6 +334,9 @@ class Lake:
         full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or any(
             sign in str(exc).lower() for sign in ("no space left on device", "database or disk is full")
         )
+        # SQLite says only "disk I/O error" when a full disk stops its WAL index from growing.
+        if not full and "disk i/o error" in str(exc).lower() and self.root.is_dir():
+            full = shutil.disk_usage(self.root).free < 1 << 20
         read_only_dir = self.root.is_dir() and not os.access(self.root, os.W_OK)
         if not full and read_only_dir and isinstance(exc, duckdb.Error | OSError):
             raise LakeError(
