@@ -190,7 +190,6 @@ def serve(
 
     # schedules and triggers need the user's server (PREFECT_API_URL or the profile's)
     err_console.print(connect_prefect(None), highlight=False)
-    from prefect import serve as prefect_serve
     from viewmill.pipelines.orchestration import deploy
 
     deploy.ensure_gpu_limit()
@@ -198,4 +197,6 @@ def serve(
     warning = deploy.rival_warning(name, served=True)
     if warning:
         err_console.print(warning, highlight=False)
-    prefect_serve(*served)
+    names = ", ".join(f"{d.flow_name}/{d.name}" for d in served)
+    deploy.serve(served, lambda: err_console.print(f"serving {names}: Ctrl-C or SIGTERM stops and pauses them",
+                                                   highlight=False))  # fmt: skip

@@ -5,8 +5,11 @@ and prefect.yaml, the Docker images' deployments."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +92,57 @@ def recipe_deployments(
         description=f"Train {recipe.name} on each new pairs snapshot ({SNAPSHOT_EVENT}).", **gpu,
     )  # fmt: skip
     return [nightly, training]
+
+
+def serve(deployments: list[Any], serving_now: Callable[[], None] = lambda: None) -> None:
+    """Serve `deployments` from this process until Ctrl-C or SIGTERM (how systemd and Docker stop
+    a service), then pause them, as `prefect.serve` does; `serving_now` is called once the runner
+    has started.
+
+    Prefect's runner handles SIGTERM by calling its async stop from inside its event loop without
+    awaiting it ("coroutine 'Runner.astop' was never awaited") and exiting mid-loop. Here SIGTERM
+    cancels the serving task, as asyncio's Ctrl-C handler does (not by raising SIGINT, which a
+    process started in the background ignores), and the runner pauses its deployments as it
+    unwinds; a SIGTERM that comes while they are being registered waits until the runner has started."""
+    import asyncio
+
+    from prefect.runner import Runner
+
+    serving: list[asyncio.Task] = []
+    stopping: list[bool] = []
+
+    def stop(*_: Any) -> None:
+        stopping.append(True)
+        if runner.started:  # else `announce` stops it once started, so that it pauses what it registered
+            serving[0].cancel()
+
+    class StopsLikeCtrlC(Runner):
+        def handle_sigterm(self, *args: Any, **kwargs: Any) -> None:  # installed by the runner as it starts
+            stop()
+
+    runner = StopsLikeCtrlC(pause_on_shutdown=True)
+    signal.signal(signal.SIGTERM, stop)  # until the runner installs its own
+
+    async def announce() -> None:
+        while not runner.started:
+            await asyncio.sleep(0.1)
+        if stopping:
+            serving[0].cancel()
+        else:
+            serving_now()
+
+    async def until_stopped() -> None:
+        serving.append(asyncio.current_task())
+        announcing = asyncio.create_task(announce())
+        try:
+            await runner.start()
+        finally:
+            announcing.cancel()
+
+    for deployment in deployments:
+        runner.add_deployment(deployment)
+    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):  # stopped as asked
+        asyncio.run(until_stopped())
 
 
 def register(deployments: list[Any]) -> list[str]:
