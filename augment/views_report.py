@@ -1,7 +1,8 @@
 """Which views help: per augmenter, what was kept and rejected (and why), how close the
 views stay to their source (chrF, length ratio, cosine under an encoder), how diverse they
-are (share identical to the source, self-BLEU against the sentence's other views) and a
-sample, as Markdown plus PNG histograms.
+are (share identical to the source, self-BLEU against the sentence's other views), what each
+hop of a chained translation costs (`viewmill.augment.chain_report`) and a sample, as
+Markdown plus PNG histograms.
 
 The counts and stored quality figures are one SQL query over the lake (`stats_sql`), so
 `viewmill sql` gives the same numbers; self-BLEU and cosine are computed here. Where the
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from sacrebleu.metrics import BLEU
+from viewmill.augment import chain_report
 from viewmill.augment.augmenters import augmenter_class
 from viewmill.augment.meaning_report import COSINE_FILTER_BODY, STORED_COSINES_BODY, CosineFilter, markdown_lines
 from viewmill.storage.lake import Lake, LakeError
@@ -277,7 +279,7 @@ def to_markdown(report: ViewsReport, figures: Sequence[str] = ()) -> str:
             f"| {name} | {r.path} | {r.views} | {r.kept} | {r.rejected} | {_fmt(r.chrf_mean)} | {_fmt(r.chrf_median)} "
             f"| {_fmt(r.length_ratio_mean, 3)} | {_fmt(r.identical_share, 3)} | {_fmt(r.self_bleu)} | {cosine} |"
         )
-    lines += ["", "## Rejections", ""]
+    lines += ["", *chain_report.markdown_lines(report.augmenters), "## Rejections", ""]
     for r in report.augmenters:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in r.reasons.items()) or "none"
         lines.append(f"- {r.augmenter}: {reasons}")

@@ -4,18 +4,23 @@ provenance; Debian's Apertium pairs found under their mode names."""
 
 from __future__ import annotations
 
+import zlib
 from typing import ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import viewmill.augment.translation_augmenters as translation_module
 from pydantic import TypeAdapter, ValidationError
 from viewmill.augment.apertium import ApertiumEngine, apertium_modes, apertium_modes_dir
 from viewmill.augment.augmenters import AugmenterSpec, BackTranslation, Forward, Provenance
+from viewmill.augment.chain_report import hop_rows
+from viewmill.augment.chain_report import markdown_lines as chain_markdown
 from viewmill.augment.engines import EngineError
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.translation_augmenters import chain_hops
 from viewmill.augment.views import make_views
+from viewmill.augment.views_report import build_report, to_markdown
 from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import SENTENCES
@@ -177,3 +182,33 @@ def test_a_round_trip_of_four_hops_returns_to_english(tmp_path, counting):
         assert [h["model"].split("@")[0] for h in chain_hops(view["path"], Provenance(**view["provenance"]))] == [
             "apertium-eng-spa", "apertium-es-pt", "apertium-es-pt", "apertium-eng-spa",
         ]  # fmt: skip
+
+
+@needs_chain_pairs
+def test_the_views_report_shows_what_each_hop_of_a_chain_costs(tmp_path):
+    def bag_of_words(texts):  # a real, deterministic encoder: hashed word counts
+        out = np.zeros((len(texts), 64))
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                out[i, zlib.crc32(word.encode()) % 64] += 1
+        return out
+
+    with _lake(tmp_path) as lake:
+        for augmenter in ({"name": "fwd_es", "method": "forward", "target": "es"},
+                          {"name": "fwd_fr", "method": "forward", "pivots": ["es", "fr"]}):  # fmt: skip
+            make_views(lake, "c", spec(augmenter), FILTERS, run_id="r1")
+        report = build_report(lake, None, encode=bag_of_words, encoder_name="bag-of-words")
+    by_name = {r.augmenter: r for r in report.augmenters}
+    rows = [(row.chain, row.hop, row.reached, row.by and row.by.augmenter) for row in hop_rows(report.augmenters)]
+    assert rows == [("en>es>fr", "en>es", "en>es", "fwd_es"), ("en>es>fr", "es>fr", "en>es>fr", "fwd_fr")]
+    es, fr = by_name["fwd_es"], by_name["fwd_fr"]
+    assert (es.kept, es.views, fr.kept, fr.views, fr.cosine_n) == (2, 2, 2, 2, 2)
+    text = to_markdown(report)
+    assert "## Chains: what each hop costs" in text
+    assert (
+        f"| en>es>fr | en>es | en>es | fwd_es | 2 / 2 | {es.chrf_mean:.2f} | {es.cosine_mean:.3f} (2) |\n"
+        f"| en>es>fr | es>fr | en>es>fr | fwd_fr | 2 / 2 | {fr.chrf_mean:.2f} | {fr.cosine_mean:.3f} (2) |\n"
+    ) in text
+    # Without the first hop's own augmenter, the row says so.
+    alone = [r for r in report.augmenters if r.augmenter == "fwd_fr"]
+    assert chain_markdown(alone)[7] == "| en>es>fr | en>es | en>es | (no augmenter stops here) | – | – | – |"
