@@ -34,7 +34,7 @@ from viewmill.train.evaluation.sts import StsTask
 from viewmill.train.evaluation.suite import EvalTask, standard_suites
 from viewmill.train.mining import MinedNegatives
 
-from viewmill.paths import leads_nowhere, nowhere
+from viewmill.paths import leads_nowhere, missing_recipe, nowhere
 from viewmill.specs import Spec
 from viewmill.spelling import did_you_mean
 
@@ -364,10 +364,9 @@ def load_recipe(path: Path | str, overrides: list[str] | None = None) -> Recipe:
 def read_recipe_file(path: Path | str) -> dict:
     """A recipe file's YAML mapping, not yet validated (a sweep validates it once per configuration)."""
     path = Path(path)
-    if leads_nowhere(path):
-        raise RecipeError(nowhere("recipe", path, "name the recipe file itself"))
-    if not path.is_file():
-        raise RecipeError(f"recipe not found: {path} (try recipes/demo.yaml)")
+    problem = missing_recipe(path)
+    if problem:
+        raise RecipeError(problem)
     try:
         raw = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

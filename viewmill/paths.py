@@ -29,6 +29,16 @@ def nowhere(what: str, path: Path, fix: str) -> str:
     return f"{what} {path} is a symbolic link that leads nowhere (a loop, or its target is gone): {fix}"
 
 
+def missing_recipe(path: Path) -> str | None:
+    """What is wrong with a recipe path that names no file (None when it names one): the command
+    line checks it before the recipe schema (and torch with it) loads, the recipe loader again."""
+    if leads_nowhere(path):
+        return nowhere("recipe", path, "name the recipe file itself")
+    if not path.is_file():
+        return f"recipe not found: {path} (try recipes/demo.yaml)"
+    return None
+
+
 def resolve_user_path(path: Path | str, what: str, fix: str) -> Path:
     """`path` absolute, its links followed; PathError (with `what` and `fix`) when it leads nowhere."""
     path = Path(path).expanduser()

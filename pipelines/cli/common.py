@@ -17,6 +17,7 @@ from rich.markup import escape
 from viewmill.pipelines.state import StatePaths
 
 from viewmill.extras import missing_extra
+from viewmill.paths import PathError, missing_recipe
 
 if TYPE_CHECKING:
     from viewmill.storage.lake import Lake
@@ -43,12 +44,25 @@ USER_ERROR_NAMES = (
     ("viewmill.extras", "MissingExtraError"),
     ("viewmill.train.manifest", "ExportError"),
     ("viewmill.paths", "PathError"),
+    ("viewmill.pipelines.cli.common", "UsageError"),
 )
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEBUG_ENV = "VIEWMILL_DEBUG"
 EXIT_CODES = "Exit status: 0 ok, 1 a failed run, 2 usage or bad input. VIEWMILL_DEBUG=1 shows tracebacks."
 # Every app (sub-apps too) takes -h as well as --help.
 HELP = {"help_option_names": ["-h", "--help"]}
+
+
+class UsageError(ValueError):
+    """Options that do not go together, found before a command imports anything heavy."""
+
+
+def require_recipe(path: Path) -> None:
+    """Refuse a recipe path that names no file before a command loads the recipe schema (and
+    torch with it, seconds): the loader's own words, at once."""
+    problem = missing_recipe(path)
+    if problem:
+        raise PathError(problem)
 
 
 def user_errors() -> tuple[type[Exception], ...]:

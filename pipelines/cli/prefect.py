@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from viewmill.pipelines.cli.common import require_recipe
 from viewmill.pipelines.state import StatePaths
 
 from viewmill.paths import resolve_user_path
@@ -94,6 +95,8 @@ def deploy(
     """Register a recipe's deployments on your Prefect server (PREFECT_API_URL or the active
     profile): nightly augmentation on --cpu-pool, training on each new pairs snapshot on --gpu-pool.
     Any process worker with viewmill installed runs them (prefect worker start --pool viewmill-cpu)."""
+    if recipe is not None:
+        require_recipe(recipe)  # before the recipe schema (and torch) loads
     from viewmill.pipelines.orchestration import deploy as deploying
     from viewmill.pipelines.orchestration.prefect_env import connect_prefect
     from viewmill.pipelines.recipe import load_recipe  # here, not at the top: it brings torch

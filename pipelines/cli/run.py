@@ -16,23 +16,27 @@ from viewmill.pipelines.cli.common import (
     Overrides,
     PrefectOption,
     StateDir,
+    UsageError,
     console,
     err_console,
     fail,
     load_settings,
+    require_recipe,
     user_errors,
 )
 from viewmill.pipelines.orchestration.prefect_env import PrefectServerError
 from viewmill.pipelines.state import StatePaths
 
-# The recipe schema (and through it torch) loads when a command runs, not when the CLI starts.
+# The recipe schema (and through it torch) loads when a command runs, not when the CLI starts;
+# what the arguments name is checked before it does (`_check_arguments`): usage errors come at once.
 
 
-def _check_dask(dask: str | None, prefect: bool) -> None:
-    from viewmill.pipelines.recipe import RecipeError
-
+def _check_arguments(recipe: Path, dask: str | None, prefect: bool) -> None:
+    """The recipe file exists and --dask comes with Prefect: checked before the recipe schema
+    (and torch) loads, so these mistakes are named in a fraction of a second."""
+    require_recipe(recipe)
     if dask and not prefect:
-        raise RecipeError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
+        raise UsageError("--dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask")
 
 
 def _flow(name: str, state: StatePaths):
@@ -88,6 +92,14 @@ def _run(
     evaluate: bool,
     needs_train: bool,
 ) -> None:
+    _check_arguments(recipe, dask, prefect)  # a usage error ends as one message, exit 2 (app.py)
+    settings = load_settings(catalog, dask)
+    state = StatePaths.resolve(state_dir)
+    if snapshot is not None:  # the snapshot named exists, before the recipe loads
+        from viewmill.storage.snapshots import snapshot_info
+
+        with settings.open_lake(state.lake, read_only=True) as lake:
+            snapshot_info(lake, snapshot)
     from viewmill.augment.readers import CorpusError
     from viewmill.pipelines.cli.report import render_summary
     from viewmill.pipelines.context import RunContext, recipe_parameter
@@ -96,10 +108,7 @@ def _run(
     from viewmill.pipelines.stages.pair import existing_snapshot
     from viewmill.pipelines.stages.preflight import check_lake_files, preflight
 
-    settings = load_settings(catalog, dask)
-    state = StatePaths.resolve(state_dir)
     try:
-        _check_dask(dask, prefect)
         parsed = load_recipe(recipe, overrides)  # the run's one parse: a flow gets this recipe, not the file
         if needs_train and parsed.train is None:
             raise RecipeError(f"recipe {recipe} has no train section: add one (see recipes/demo.yaml)")
@@ -121,7 +130,7 @@ def _run(
             summary = _flow("train_flow", state)(str(recipe), str(state.root), snapshot=snapshot, **given)
         else:
             summary = run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
-    except (PrefectServerError, CorpusError) as exc:  # a corpus error ingest met before writing: bad input
+    except (PrefectServerError, CorpusError) as exc:  # a corpus error ingest met: bad input (the run recorded failed)
         fail(exc)
     except Exception as exc:
         if os.environ.get(DEBUG_ENV):
@@ -140,6 +149,7 @@ def sweep(
 ) -> None:
     """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
     the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
+    _check_arguments(recipe, dask, prefect)
     from viewmill.augment.readers import CorpusError
     from viewmill.pipelines.context import RunContext
     from viewmill.pipelines.stages.preflight import preflight
@@ -148,7 +158,6 @@ def sweep(
     settings = load_settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
     try:
-        _check_dask(dask, prefect)
         recipes = load_sweep(recipe, overrides)  # every configuration valid before any runs; the file read once
         preflight(RunContext(recipes.base, state, settings))
     except user_errors() as exc:
@@ -179,6 +188,7 @@ def serve(
     catalog: CatalogOption = None,
 ) -> None:
     """Serve this recipe's deployments from this machine (needs a Prefect server: PREFECT_API_URL or the profile's)."""
+    require_recipe(recipe)
     from viewmill.pipelines.recipe import load_recipe
     from viewmill.storage.catalog import CATALOG_ENV
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -132,7 +133,18 @@ def test_a_prefect_run_keeps_the_command_lines_recipe_and_run_id(tmp_path, setup
     out = " ".join(result.output.split())  # with Prefect's "Logging error"s: its handler kept the first invoke's stream
     assert result.exit_code == 2, out
     assert f"error: {corpus}:{SAMPLE_RECORDS + 6}: not valid UTF-8 (byte 0xe9 at column 4)" in out
-    assert lake_state(state / "lake") == before
+    _only_the_failed_run_recorded(state / "lake", before, f"{corpus}:{SAMPLE_RECORDS + 6}: not valid UTF-8")
+
+
+def _only_the_failed_run_recorded(lake: Path, before: dict, error: str) -> None:
+    """The lake holds what it held before, and the run's `runs` row (written as it started) says
+    it failed with the corpus error."""
+    after = lake_state(lake)
+    assert after["counts"] == {**before["counts"], "runs": before["counts"]["runs"] + 1}, "no sentence written"
+    assert after["snapshots"] == before["snapshots"]
+    with Lake(lake, read_only=True) as opened:
+        (row,) = opened.arrow("SELECT status, error FROM runs ORDER BY started_at DESC LIMIT 1").to_pylist()
+    assert row["status"] == "failed" and row["error"].startswith(f"CorpusError: {error}"), row
 
 
 def _shards_in_a_worker(jobs: list) -> dict[str, int]:
@@ -226,7 +238,7 @@ def test_a_bad_line_past_the_sample_stops_ingest_with_its_file_and_row_and_write
         "UTF-8, e.g. iconv -f latin1 -t utf-8 (or set corpus.on_error: skip to skip and count such records)"
     ) in out
     assert setup_counts["corpus_reads"] == 1
-    assert lake_state(state / "lake") == before, "no sentence and no run record written"
+    _only_the_failed_run_recorded(state / "lake", before, f"{corpus}:{SAMPLE_RECORDS + 6}: not valid UTF-8")
 
 
 def test_preflight_words_a_bad_line_in_its_sample_as_ingest_does(tmp_path):

@@ -1,0 +1,44 @@
+"""Usage errors and missing files are named before a command imports anything heavy: the
+process that refuses them has loaded neither torch, transformers, Prefect nor the recipe schema
+(benchmarks/first_words.py times them)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "transformers", "prefect", "viewmill.pipelines.recipe")
+# `viewmill ARGS`, then the heavy modules it loaded, as JSON on the last line of stderr.
+PROBE = f"""
+import atexit, json, sys
+atexit.register(lambda: print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]), file=sys.stderr))
+sys.argv = ["viewmill", *sys.argv[1:]]
+from viewmill.pipelines.cli.app import app
+app()
+"""
+
+
+def _refused(tmp_path, *args: str) -> tuple[str, list[str]]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    *lines, loaded = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    return " ".join(" ".join(lines).split()), json.loads(loaded)
+
+
+@pytest.mark.parametrize("command", ["run", "train", "sweep", "serve", "deploy"])
+def test_a_missing_recipe_is_named_before_anything_heavy_loads(tmp_path, command):
+    message, loaded = _refused(tmp_path, command, "recipes/nope.yaml")
+    assert message == "error: recipe not found: recipes/nope.yaml (try recipes/demo.yaml)"
+    assert loaded == []
+
+
+def test_options_that_do_not_go_together_and_an_unknown_snapshot_are_named_before_the_recipe_loads(tmp_path):
+    (tmp_path / "r.yaml").write_text("name: r\n", encoding="utf-8")  # only its existence is checked first
+    message, loaded = _refused(tmp_path, "run", "r.yaml", "--no-prefect", "--dask", "local:2")
+    assert message == "error: --dask runs shards as Prefect tasks: drop --no-prefect, or drop --dask"
+    assert loaded == []
+    message, loaded = _refused(tmp_path, "train", "r.yaml", "--snapshot", "nope", "--state-dir", "s")
+    assert message.startswith(f"error: no lake at {tmp_path / 's' / 'lake'}: run a recipe first")
+    assert loaded == []
