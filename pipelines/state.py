@@ -29,6 +29,20 @@ class StatePaths:
     def models(self) -> Path:
         return self.root / "models"
 
+    def recorded(self, folder: Path) -> str:
+        """How `models.path` records a model folder: relative to the state directory when it is
+        inside it, so a copied or moved state names its own folder."""
+        return folder.relative_to(self.root).as_posix() if folder.is_relative_to(self.root) else str(folder)
+
+    def model_folder(self, recorded: str) -> Path:
+        """A `models.path` as a folder of this state: a relative one from the state directory; an
+        absolute one into a `models` folder (recorded before paths were relative, perhaps by the
+        state this one was copied or moved from) as this state's folder of that name."""
+        path = Path(recorded)
+        if not path.is_absolute():
+            return self.root / path
+        return self.models / path.name if path.parent.name == "models" else path
+
     @property
     def prefect_home(self) -> Path:
         return self.root / "prefect"

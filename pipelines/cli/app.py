@@ -210,7 +210,9 @@ def main(
 
 
 def eval_models(
-    models: Annotated[list[str], typer.Argument(help="model directories, embedded:NAME or hub ids")],
+    models: Annotated[
+        list[str], typer.Argument(help="model folders, model ids (viewmill models trained), embedded:NAME or hub ids")
+    ],
     suite: Annotated[
         str, typer.Option(help="a standard suite (papers, multilingual) or a suite YAML file (tasks)")
     ] = "papers",
@@ -222,16 +224,16 @@ def eval_models(
     catalog: CatalogOption = None,
 ) -> None:
     """Evaluate models side by side: results go to the lake's evals, a Markdown table and a PNG plot."""
-    from viewmill.pipelines.cli.evaluate import evaluate_cli
+    from viewmill.pipelines.cli.evaluate import evaluate_cli, recorded_models
     from viewmill.pipelines.recipe import load_suite
     from viewmill.pipelines.state import StatePaths
     from viewmill.train.encoder import resolve_encoder
 
-    state = StatePaths.resolve(state_dir)
+    state, settings = StatePaths.resolve(state_dir), load_settings(catalog)
+    models = recorded_models(models, state, settings)  # a model id: its folder in this state
     for ref in models:  # the models named are checked first, then the suite
         resolve_encoder(ref)
-    report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out,
-                          settings=load_settings(catalog))  # fmt: skip
+    report = evaluate_cli(models, load_suite(suite), state, baselines=baselines, out=out, settings=settings)
     console.print(report.markdown, highlight=False, markup=False)
     for line in report.conventions:
         console.print(line, highlight=False, markup=False)

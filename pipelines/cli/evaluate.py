@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from viewmill.pipelines.context import new_run_id
 from viewmill.pipelines.recipe import EvaluateSpec
 from viewmill.pipelines.stages.evaluate import EvalTarget, evaluate_models
+from viewmill.pipelines.stages.train import trained_models
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.output_paths import OutputGuard
 from viewmill.storage.settings import Settings
-from viewmill.train.encoder import resolve_encoder
+from viewmill.train.encoder import EncoderError, resolve_encoder
 from viewmill.train.evaluation.suite import bar_chart, check, markdown_table
 from viewmill.train.export import MANIFEST, model_id_of, read_manifest
 
@@ -23,6 +25,29 @@ class EvalReport:
     conventions: list[str]
     markdown_path: Path
     plot_path: Path
+
+
+MODEL_ID = re.compile(r"[0-9a-f]{12,64}")
+
+
+def recorded_models(refs: list[str], state: StatePaths, settings: Settings) -> list[str]:
+    """`refs`, each model id of this state's `models` (or its first 12 hex digits or more, as
+    `viewmill models trained` shows it) replaced by the model's folder in this state."""
+    asked = [ref for ref in refs if MODEL_ID.fullmatch(ref) and not Path(ref).exists()]
+    if not asked:
+        return refs
+    with settings.open_lake(state.lake, read_only=True) as lake:
+        rows = trained_models(lake, state)
+    folders = {}
+    for ref in asked:
+        found = [row["folder"] for row in rows if row["model_id"].startswith(ref)]
+        if len(found) != 1:
+            raise EncoderError(
+                f"{ref} names {'several models' if found else 'no model'} of {state.root}: viewmill models trained "
+                "lists them (give the model id, or its folder)"
+            )
+        folders[ref] = str(found[0])
+    return [folders.get(ref, ref) for ref in refs]
 
 
 def model_entries(refs: list[str], baselines: bool) -> list[EvalTarget]:

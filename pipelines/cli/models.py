@@ -1,4 +1,5 @@
-"""`viewmill models list` and `viewmill models install NAME`: the embedded encoders."""
+"""`viewmill models list` and `viewmill models install NAME`: the embedded encoders;
+`viewmill models trained`: the models a state's runs trained, in that state's folder."""
 
 from __future__ import annotations
 
@@ -8,11 +9,20 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.table import Table
-from viewmill.pipelines.cli.common import EXIT_FAILED, HELP, console, err_console, fail
+from viewmill.pipelines.cli.common import (
+    EXIT_FAILED,
+    HELP,
+    CatalogOption,
+    StateDir,
+    console,
+    err_console,
+    fail,
+    open_lake_read_only,
+)
 from viewmill.train import embedded
 
 models_app = typer.Typer(
-    help="Embedded encoders (embedded:NAME): list them, assemble the large ones ahead of use.",
+    help="Embedded encoders (embedded:NAME): list them, assemble the large ones ahead of use; the trained models.",
     no_args_is_help=True,
     context_settings=HELP,
 )
@@ -43,6 +53,26 @@ def list_models() -> None:
     for model in embedded.EMBEDDED.values():
         ships, where = _state(model)
         table.add_row(model.name, f"embedded:{model.name}", ships, where, model.hub_id)
+    console.print(table)
+
+
+@models_app.command("trained")
+def trained(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
+    """The models this state's runs trained (the `models` table), newest first, each with its
+    folder in this state: a copied or moved state names its own copy."""
+    from viewmill.pipelines.stages.train import trained_models
+    from viewmill.pipelines.state import StatePaths
+    from viewmill.train.export import is_complete_model
+
+    state = StatePaths.resolve(state_dir)
+    with open_lake_read_only(state_dir, catalog) as lake:
+        rows = trained_models(lake, state)
+    table = Table()
+    for column in ("model id", "objective", "snapshot", "folder", "there"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        there = "yes" if is_complete_model(row["folder"]) else "missing"
+        table.add_row(row["model_id"][:12], row["objective"], row["snapshot"], str(row["folder"]), there)
     console.print(table)
 
 

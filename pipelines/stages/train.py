@@ -15,6 +15,7 @@ from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.progress import PlainProgress, progress_bar
 from viewmill.pipelines.recipe import DevTask, TrainSpec
 from viewmill.pipelines.stages.evaluate import task_data_hash
+from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import MODELS
@@ -128,8 +129,10 @@ def _publish_model(ctx: RunContext, staged: Path, out_dir: Path, model_id: str) 
     whose manifest names another model, or whose files are not those it recorded, is refused."""
     source = out_dir if is_complete_model(out_dir) else staged
     manifest = reusable_export(source, model_id)
-    row = {"model_id": manifest["model_id"], "path": str(out_dir), "base_model": manifest.get("base_model"),
-           "objective": manifest["train_config"]["objective"], "snapshot": manifest.get("snapshot"),
+    # The path relative to the state directory: a copied or moved state names its own folder.
+    row = {"model_id": manifest["model_id"], "path": ctx.state.recorded(out_dir),
+           "base_model": manifest.get("base_model"), "objective": manifest["train_config"]["objective"],
+           "snapshot": manifest.get("snapshot"),
            "train_config": (source / MANIFEST).read_text(encoding="utf-8"), "run_id": ctx.run_id,
            "created_at": datetime.now(UTC)}  # fmt: skip
     with ctx.lake() as lake, lake.transaction():
@@ -137,6 +140,13 @@ def _publish_model(ctx: RunContext, staged: Path, out_dir: Path, model_id: str) 
     crash_point("recorded")
     if source == staged:
         staged.rename(out_dir)
+
+
+def trained_models(lake: Lake, state: StatePaths) -> list[dict[str, Any]]:
+    """The `models` rows, newest first, each with `folder`: its folder in this state
+    (`StatePaths.model_folder`: a copied or moved state's own, however the row was written)."""
+    rows = lake.arrow("SELECT model_id, path, objective, snapshot, created_at FROM models ORDER BY created_at DESC")
+    return [{**row, "folder": state.model_folder(row["path"])} for row in rows.to_pylist()]
 
 
 def _dev_scorer(tasks: list[DevTask], progress: PlainProgress | None = None) -> DevScore | None:

@@ -158,7 +158,7 @@ def _check_augmentation(api: str, flow_run_id, state: Path, work: Path) -> str:
 def _check_training(api: str, flow_run_id, state: Path, snapshot: str) -> None:
     with Lake(state / "lake", read_only=True) as lake:
         models = lake.arrow("SELECT model_id, path FROM models WHERE snapshot = ?", [snapshot]).to_pylist()
-    ((model_id, path),) = [(row["model_id"], row["path"]) for row in models]
+    ((model_id, path),) = [(row["model_id"], str(StatePaths(state).model_folder(row["path"]))) for row in models]
     selected = read_manifest(Path(path))["selected_step"]
     logs = _logs(api, flow_run_id)
     assert f"train: model {model_id[:12]} at {path} (trained 4 steps); selected step {selected}" in logs

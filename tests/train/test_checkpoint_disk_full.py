@@ -123,5 +123,5 @@ def test_viewmill_train_on_a_full_disk_at_a_checkpoint_exits_1_and_the_rerun_pub
     assert again.exit_code == 0, again.output
     with Lake(state.lake, read_only=True) as lake:
         (path,) = [r[0] for r in lake.con.execute("SELECT path FROM models").fetchall()]
-    assert is_complete_model(Path(path)) and not checkpoints.exists()
+    assert is_complete_model(state.model_folder(path)) and not checkpoints.exists()
     assert sorted(p.name for p in state.models.iterdir()) == [Path(path).name], "one model, nothing else left"

@@ -122,7 +122,7 @@ def test_a_full_disk_during_export_exits_1_naming_the_folder_and_the_rerun_resum
     assert again.exit_code == 0, again.output
     with Lake(state.lake, read_only=True) as lake:
         (path,) = [r[0] for r in lake.con.execute("SELECT path FROM models").fetchall()]
-    assert is_complete_model(Path(path)) and not checkpoints.exists()
+    assert is_complete_model(state.model_folder(path)) and not checkpoints.exists()
 
 
 def test_train_model_on_a_full_disk_keeps_its_checkpoints_and_resumes_to_the_same_weights(

@@ -81,7 +81,8 @@ def test_a_kill_at_any_point_of_publishing_loses_no_lineage(snapshot_state, poin
     result = json.loads(again.stdout.strip().splitlines()[-1])
     # A complete staged export is recorded and published, not trained again.
     assert result["reused"] is (point != "export-partial")
-    assert _models(state) == [{"model_id": result["model_id"], "path": result["path"]}]
+    assert _models(state) == [{"model_id": result["model_id"], "path": f"models/{Path(result['path']).name}"}]
+    assert state.model_folder(_models(state)[0]["path"]) == Path(result["path"])
     assert read_manifest(Path(result["path"]))["model_id"] == result["model_id"]
     assert not Path(result["path"] + ".staged").exists()
     assert result["selected_step"] == 4
