@@ -19,7 +19,7 @@ from tests.conftest import SENTENCES
 from tests.tiny_mt import build_tiny_fsmt
 
 STAGES = {"preflight", "ingest_stage", "augment_plan", "augment_shard", "augment_finish", "pair_stage",
-          "train_stage", "_publish_model", "evaluate_stage", "record_run", "existing_snapshot"}  # fmt: skip
+          "train_stage", "_publish_model", "evaluate_stage", "begin_run", "end_run", "existing_snapshot"}  # fmt: skip
 
 RECIPE = """
 name: loads
@@ -111,7 +111,8 @@ def test_each_model_loads_once_per_run_and_never_for_work_that_needs_none(
         ("augment_shard", "rw"): 6,  # 2 augmenters x 3 shards: each shard is a task of its own
         ("augment_finish", "rw"): 2,
         ("pair_stage", "rw"): 1,
-        ("record_run", "rw"): 1,
+        ("begin_run", "rw"): 1,  # the run's row, `running`
+        ("end_run", "rw"): 1,  # and how it ended
     }
     assert set(locks) <= {stage for stage, mode in opens if mode == "rw"}, "only writers take the lock"
 
