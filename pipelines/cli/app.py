@@ -45,6 +45,7 @@ COMMANDS = {
     "run": "viewmill.pipelines.cli.run:run",
     "train": "viewmill.pipelines.cli.run:train",
     "sweep": "viewmill.pipelines.cli.run:sweep",
+    "plan": "viewmill.pipelines.cli.plan:plan",
     "eval": "viewmill.pipelines.cli.app:eval_models",
     "sql": "viewmill.pipelines.cli.sql:sql",
     "views": "viewmill.pipelines.cli.views:views_app",

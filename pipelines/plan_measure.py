@@ -1,0 +1,260 @@
+"""What `viewmill plan` measures on this machine: each stage's real code on a sample of the
+recipe's corpus, in a scratch lake (a temporary folder), never the run's lake; the run's lake is
+only read (the translation cache and the views a rerun would reuse).
+
+Time and peak memory are taken around each measurement (`Watch`): peak memory is this
+process's resident set, sampled while the measurement runs, so it includes what earlier
+measurements left loaded (an upper bound for the stage)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from viewmill.augment.augmenter_base import ProduceContext
+from viewmill.augment.augmenters import AugmenterSpec, make_producer
+from viewmill.augment.cache import CacheStats
+from viewmill.augment.meaning import MeaningJudge
+from viewmill.augment.quality import FilterSpec
+from viewmill.augment.views import config_hash, corpus_sentences, make_shard_views, views_present
+from viewmill.pipelines.context import RunContext
+from viewmill.pipelines.stages.augment import meaning_judge
+from viewmill.storage.lake import Lake
+from viewmill.train.encoder import load_sentence_model, resolve_encoder
+from viewmill.train.loop import train_model
+
+WARMUP_TEXTS = 8  # texts a model translates or embeds before it is timed (its load and first call)
+TIMED_STEPS = 3  # training steps timed after one warm-up step
+
+
+def rss_now() -> int:
+    """This process's resident memory in bytes (Linux's /proc; elsewhere the peak so far)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Watch:
+    """Seconds and peak resident memory of the block it wraps (sampled every 20 ms)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.peak = rss_now()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self.peak = max(self.peak, rss_now())
+
+    def __enter__(self) -> Watch:
+        self._t0 = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._t0
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_now())
+
+
+@dataclass
+class AugmenterMeasure:
+    """One augmenter on the sample: seconds per sentence with every translation new (`engine_s`
+    is the engines' share) and the run's lake's coverage of it (what a rerun reuses)."""
+
+    name: str
+    engine: str
+    sentences: int
+    load_s: float  # building the producer and its first texts (a neural engine loads its weights)
+    view_s: float  # per sentence: the real views code with every translation cached (filters, writes)
+    engine_s: float  # per sentence: what translating it anew adds
+    peak_rss: int
+    cache_hits: float | None = None  # share of the sample's translation cache keys the run's lake holds
+    views_present: float = 0.0  # share of the sample's sentences that have this augmenter's view already
+    meaning_texts_per_s: float | None = None  # the meaning filter's embedding rate
+    config: str = ""  # its configuration hash in the scratch lake (pairing names views by it)
+
+
+def _produce(producer: Any, chunk: list[tuple[str, str]], lake: Lake, run_id: str, size: int) -> float:
+    t0 = time.perf_counter()
+    ctx = ProduceContext(lake, run_id, CacheStats())
+    for start in range(0, len(chunk), size):
+        producer.produce(chunk[start : start + size], ctx)
+    return time.perf_counter() - t0
+
+
+@dataclass
+class _Embedded:
+    texts: int = 0
+    seconds: float = 0.0
+
+
+def timed_judge(judge: MeaningJudge | None, tally: _Embedded) -> MeaningJudge | None:
+    """The judge, its embedding timed into `tally` (after one warm-up call that loads the encoder)."""
+    if judge is None:
+        return None
+    judge.embed(["warm up the meaning encoder"])
+
+    def embed(texts: list[str]):
+        t0 = time.perf_counter()
+        vectors = judge.embed(texts)
+        tally.texts, tally.seconds = tally.texts + len(texts), tally.seconds + time.perf_counter() - t0
+        return vectors
+
+    return replace(judge, embed=embed)
+
+
+def measure_augmenter(ctx: RunContext, lake: Lake, spec: AugmenterSpec, judge: MeaningJudge | None) -> AugmenterMeasure:
+    """`spec` on the scratch `lake`'s sample: the producer's texts translated with an empty cache
+    (after a warm-up), again with all of them cached, then the real views code (`make_shard_views`)."""
+    recipe, chunk_size = ctx.recipe, ctx.recipe.execution.chunk_sentences
+    run_id = augmenter_run(ctx, spec)  # the scratch cache's rows say which augmenter asked for them
+    rows = [(sid, text) for sid, text, _ in corpus_sentences(lake, recipe.corpus_name)]
+    head, rest = rows[:WARMUP_TEXTS], rows[WARMUP_TEXTS:] or rows
+    with Watch() as watch:
+        producer = make_producer(spec, lake)
+        try:
+            load_s = _produce(producer, head, lake, run_id, chunk_size)
+            cold = _produce(producer, rest, lake, run_id, chunk_size) / len(rest)
+            warm = _produce(producer, rows, lake, run_id, chunk_size) / len(rows)
+        finally:
+            producer.close()
+        tally = _Embedded()
+        t0 = time.perf_counter()
+        make_shard_views(lake, recipe.corpus_name, spec, recipe.filters, run_id=run_id,
+                         chunk_size=chunk_size, judge=timed_judge(judge, tally))  # fmt: skip
+        view_s = (time.perf_counter() - t0) / max(len(rows), 1)
+    return AugmenterMeasure(
+        spec.name, getattr(spec, "engine", None) or spec.method, len(rows), load_s, view_s, max(cold - warm, 0.0),
+        watch.peak, meaning_texts_per_s=tally.texts / tally.seconds if tally.seconds else None,
+    )  # fmt: skip
+
+
+def measure_augmenters(ctx: RunContext, lake: Lake | None) -> list[AugmenterMeasure]:
+    """Every augmenter in the recipe's order (the meaning filter's near-duplicate check reads the
+    earlier ones' views), each with what the run's `lake` (None: no lake yet) already holds of it."""
+    recipe = ctx.recipe
+    judge = meaning_judge(recipe.filters.meaning)
+    measures, scratch_configs, real_configs = [], [], []
+    with ctx.lake() as scratch:  # opened once: each opening of a lake costs seconds on a busy machine
+        ids = scratch.arrow("SELECT sentence_id FROM sentences")["sentence_id"].to_pylist()
+        for spec in recipe.augmenters:
+            earlier = None if judge is None else replace(judge, earlier=tuple(scratch_configs))
+            measures.append(measure_augmenter(ctx, scratch, spec, earlier))
+            scratch_configs.append(_config(spec, recipe.filters, scratch, judge, scratch_configs[:]))
+            measures[-1].config = scratch_configs[-1]
+            keys = scratch.arrow("SELECT DISTINCT cache_key FROM translations WHERE run_id = ?",
+                                 [augmenter_run(ctx, spec)])  # fmt: skip
+            _covered(measures[-1], spec, recipe.filters, lake, ids, keys, judge, real_configs)
+    return measures
+
+
+def _covered(measure: AugmenterMeasure, spec: AugmenterSpec, filters: FilterSpec, lake: Lake | None,
+             ids: list[str], keys: pa.Table, judge: MeaningJudge | None, real_configs: list[str]) -> None:  # fmt: skip
+    """What the run's `lake` (None: none yet) holds of the augmenter's work on the sample: the
+    sentences with its view, the translation cache keys it asked for."""
+    measure.cache_hits = 0.0 if keys.num_rows else None  # no lake yet: nothing cached
+    if lake is None:
+        return
+    config = _config(spec, filters, lake, judge, real_configs[:])
+    real_configs.append(config)
+    measure.views_present = len(views_present(lake, ids, config)) / max(len(ids), 1)
+    measure.cache_hits = cached_share(lake, keys)
+
+
+def augmenter_run(ctx: RunContext, spec: AugmenterSpec) -> str:
+    return f"{ctx.run_id}.{spec.name}"
+
+
+def _config(
+    spec: AugmenterSpec, filters: FilterSpec, lake: Lake, judge: MeaningJudge | None, earlier: list[str]
+) -> str:
+    producer = make_producer(spec, lake)
+    try:
+        return config_hash(spec, filters, producer, None if judge is None else replace(judge, earlier=tuple(earlier)))
+    finally:
+        producer.close()
+
+
+def cached_share(lake: Lake, keys: pa.Table) -> float | None:
+    """The share of translation cache `keys` the lake holds (None: the augmenter translates nothing)."""
+    if not keys.num_rows:
+        return None
+    with lake.with_keys("_plan_keys", keys):
+        found = lake.scalar(
+            "SELECT count(DISTINCT t.cache_key) FROM translations t JOIN _plan_keys USING (cache_key) WHERE t.rank = 0"
+        )
+    return int(found) / keys.num_rows
+
+
+@dataclass
+class TrainMeasure:
+    """A few real training steps on the sample's pairs with the recipe's settings."""
+
+    device: str
+    load_s: float  # from the call to the first step's start: the base model, optimiser, data
+    step_s: float  # one step, after a warm-up step
+    export_s: float
+    peak_rss: int
+    peak_gpu: int | None = None  # bytes, on a GPU
+
+
+def measure_training(ctx: RunContext, pairs: pa.Table, device: str, out: Path) -> TrainMeasure:
+    """1 + TIMED_STEPS steps of the recipe's objective, batch size and max length on the sample's `pairs`."""
+    spec = ctx.recipe.train
+    assert spec is not None
+    steps = 1 + TIMED_STEPS
+    config = spec.model_copy(update={"steps": steps, "checkpoint_every": 0, "eval_every": 0, "device": device,
+                                     "head_warmup_steps": min(spec.head_warmup_steps or 0, steps)})  # fmt: skip
+    stamps: list[float] = []
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+    with Watch() as watch:
+        t0 = time.perf_counter()
+        stamp = lambda step, loss: stamps.append(time.perf_counter())  # noqa: E731
+        train_model(pairs, resolve_encoder(spec.encoder), config, out, card={"recipe": ctx.recipe.name},
+                    keys=pairs["sentence_id"].to_pylist(), on_step=stamp)  # fmt: skip
+    step_s = (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1)
+    peak_gpu = None
+    if device.startswith("cuda"):
+        import torch
+
+        peak_gpu = int(torch.cuda.max_memory_allocated())
+    return TrainMeasure(device, stamps[0] - t0 - step_s, step_s, t0 + watch.seconds - stamps[-1], watch.peak, peak_gpu)
+
+
+@dataclass
+class EncodeMeasure:
+    """The training encoder embedding the sample, as evaluation and dev scoring embed."""
+
+    device: str
+    load_s: float
+    texts_per_s: float
+    peak_rss: int
+    texts: list[int] = field(default_factory=list)
+
+
+def measure_encoding(ctx: RunContext, texts: list[str], device: str) -> EncodeMeasure:
+    spec, evaluate = ctx.recipe.train, ctx.recipe.evaluate
+    assert spec is not None
+    batch = evaluate.batch_size if evaluate is not None else 64
+    with Watch() as watch:
+        t0 = time.perf_counter()
+        model = load_sentence_model(resolve_encoder(spec.encoder), device=device)
+        model.encode(texts[:WARMUP_TEXTS], batch_size=batch, show_progress_bar=False)
+        t1 = time.perf_counter()
+        model.encode(texts, batch_size=batch, show_progress_bar=False)
+        rate = len(texts) / max(time.perf_counter() - t1, 1e-9)
+    return EncodeMeasure(device, t1 - t0, rate, watch.peak)

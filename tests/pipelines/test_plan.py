@@ -1,0 +1,137 @@
+"""`viewmill plan`: a small corpus measured and estimated, checked against a real run of the same
+recipe, with the run's lake read and never written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+from viewmill.pipelines.cli.app import app
+from viewmill.pipelines.cli.plan import render_plan
+from viewmill.pipelines.plan import NO_GPU, plan_recipe
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.settings import Settings
+
+from tests.conftest import needs_apertium, write_sts_fixture
+from tests.lake_state import lake_state
+
+runner = CliRunner()
+STAGES = ["preflight", "ingest", "augment", "pair", "train", "evaluate"]
+SUBJECTS = ["A man", "The woman", "Two dogs", "A child", "The old cat", "People", "A girl", "The chef"]
+VERBS = ["is playing", "is eating", "is sitting", "is walking", "is reading", "is cooking", "is singing", "is running"]
+PLACES = ["in the park", "on the street", "at home", "near the river", "in the kitchen"]
+
+
+def write_plan_recipe(folder: Path, model: Path) -> Path:
+    """200 distinct sentences, the identity view and one Apertium round trip, the tiny model."""
+    lines = [f"{s} {v} {p}." for s in SUBJECTS for v in VERBS for p in PLACES][:200]
+    (folder / "corpus.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_sts_fixture(folder / "sts.csv")
+    recipe = folder / "plan.yaml"
+    recipe.write_text(
+        f"""
+name: plantiny
+corpus: {{format: text, files: [corpus.txt], min_words: 3}}
+augmenters:
+  - {{name: same, method: identity}}
+  - {{name: bt_es, method: backtranslation, engine: apertium, path: [en, es, en]}}
+filters: {{min_chrf: 0, max_length_ratio: 3.0}}
+pair: {{view_a: same, view_b: bt_es}}
+train: {{encoder: {model}, steps: 4, head_warmup_steps: 1, batch_size: 8, encoder_lr: 1.0e-3}}
+evaluate:
+  tasks: [{{name: sts-fixture, format: stsb, path: sts.csv}}]
+""",
+        encoding="utf-8",
+    )
+    return recipe
+
+
+def file_hashes(root: Path) -> dict[str, str]:
+    return {
+        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def planned_then_run(tmp_path_factory, tiny_model):
+    """A plan (JSON, 100 of the 200 sentences sampled) on a state with no lake, then a real
+    `viewmill run --no-prefect` of the recipe, timed."""
+    folder = tmp_path_factory.mktemp("plan")
+    recipe, state = write_plan_recipe(folder, tiny_model), folder / "state"
+    first = runner.invoke(app, ["plan", str(recipe), "--state-dir", str(state), "--format", "json",
+                                "--sample", "100", "--dask-workers", "4"])  # fmt: skip
+    assert first.exit_code == 0, first.output
+    created = state.exists()
+    t0 = time.perf_counter()
+    ran = runner.invoke(app, ["run", str(recipe), "--no-prefect", "--state-dir", str(state)])
+    assert ran.exit_code == 0, ran.output
+    return recipe, state, json.loads(first.stdout), created, time.perf_counter() - t0
+
+
+@needs_apertium
+def test_plan_measures_every_stage_and_writes_no_lake(planned_then_run):
+    _, _, plan, created, _ = planned_then_run
+    assert not created  # no lake, no state folder: the sample was measured in a scratch lake
+    assert (plan["recipe"], plan["sentences"], plan["sample"], plan["workers"]) == ("plantiny", 200, 100, 4)
+    assert [s["stage"] for s in plan["stages"]] == STAGES
+    rows = {s["stage"]: s["rows"] for s in plan["stages"]}
+    assert rows["ingest"] == 200 and rows["augment"] == 400 and rows["train"] == 32
+    same, bt = plan["augmenters"]
+    assert (same["name"], same["cache_hits"], same["views_present"]) == ("same", None, 0.0)
+    assert (bt["name"], bt["engine"], bt["cache_hits"], bt["views_present"]) == ("bt_es", "apertium", 0.0, 0.0)
+    assert bt["engine_s"] > 0 and bt["sentences"] == 100
+    for stage in [*plan["stages"], plan["total"]]:
+        assert stage["seconds"] > 0 and stage["peak_rss"] > 0, stage
+        assert stage["workers_seconds"] <= stage["seconds"] + 1e-9
+        if not torch.cuda.is_available():
+            assert stage["gpu_seconds"] == NO_GPU
+    assert plan["total"]["seconds"] == pytest.approx(sum(s["seconds"] for s in plan["stages"]))
+    train = next(s for s in plan["stages"] if s["stage"] == "train")
+    assert "does not scale with Dask workers" in train["note"] and train["workers_seconds"] == train["seconds"]
+
+
+@needs_apertium
+def test_the_estimate_is_within_a_factor_of_3_of_the_real_run(planned_then_run):
+    _, _, plan, _, wall = planned_then_run
+    assert wall / 3 <= plan["total"]["seconds"] <= wall * 3, (plan["total"]["seconds"], wall)
+
+
+@needs_apertium
+def test_a_plan_after_the_run_counts_its_cache_and_leaves_the_lake_alone(planned_then_run, capsys):
+    recipe, state, first, _, _ = planned_then_run
+    before, hashes = lake_state(state / "lake"), file_hashes(state)
+    again = plan_recipe(load_recipe(recipe), StatePaths(state), Settings(), sample=100, workers=1)
+    assert lake_state(state / "lake") == before and file_hashes(state) == hashes
+    same, bt = again.augmenters
+    assert (bt.cache_hits, bt.views_present, same.views_present) == (1.0, 1.0, 1.0)
+    augment = {s.stage: s.seconds for s in again.stages}["augment"]
+    earlier = next(s["seconds"] for s in first["stages"] if s["stage"] == "augment")
+    assert augment < earlier / 10, (augment, earlier)  # nothing left to augment
+    render_plan(again)
+    table = capsys.readouterr().out
+    assert "recipe plantiny: 200 sentences, counted" in table and "measured on 100" in table
+    assert all(f"│ {stage}" in table for stage in [*STAGES, "total"])
+    assert [line.count("100%") for line in table.splitlines() if line.startswith("│ bt_es")] == [2]
+
+
+def test_bad_input_exits_2_before_anything_is_measured(tmp_path, tiny_model):
+    missing = runner.invoke(app, ["plan", str(tmp_path / "nope.yaml"), "--state-dir", str(tmp_path / "s")])
+    assert missing.exit_code == 2 and "recipe not found" in missing.output
+    recipe = write_plan_recipe(tmp_path, tiny_model)
+    (tmp_path / "corpus.txt").unlink()
+    gone = runner.invoke(app, ["plan", str(recipe), "--state-dir", str(tmp_path / "s")])
+    assert gone.exit_code == 2, gone.output
+    assert (
+        f"corpus file not found: {tmp_path / 'corpus.txt'} (fix the path in the recipe's corpus.files)" in gone.output
+    )
+    small = runner.invoke(app, ["plan", str(recipe), "--sample", "0"])
+    assert small.exit_code == 2 and "--sample" in small.output
+    assert not (tmp_path / "s").exists()
