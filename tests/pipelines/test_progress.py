@@ -277,3 +277,13 @@ def test_inside_a_prefect_flow_run_lines_go_to_the_run_log(prefect_server, monke
     assert lines[0] == "probe stage: started (0/2)" and lines[-1].startswith("probe stage: done, 2/2 in ")
     assert any(re.fullmatch(rf"probe stage: {PERIODIC}.*", line) for line in lines[1:-1]), lines
     assert all(getattr(r, "flow_run_id", None) for r in ours), "each line is tied to the flow run"
+
+
+def test_a_stage_that_fails_between_steps_says_what_it_was_doing():
+    clock, lines = FakeClock(), []
+    progress = PlainProgress("train bsl (20 steps)", 20, lines.append, clock=clock, unit="steps")
+    progress.advance(3, 20)
+    progress.doing("scoring dev: stsb-dev 1/2")
+    clock.now += 90
+    progress.close(failed=True)
+    assert lines[-1] == "train bsl (20 steps): stopped at 3/20 while scoring dev: stsb-dev 1/2 after 1m30s"
