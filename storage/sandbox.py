@@ -8,7 +8,8 @@ Three layers, because no one of them is enough alone:
    scans, every credential setting emptied (the S3 key lives in a redacted DuckDB secret only),
    then `lock_configuration`; the catalog attached read-only, and for a SQLite catalog, a
    private copy of it, so even DuckDB's own file access never holds the real catalog's path;
-3. limits: a time limit (DuckDB's interrupt, from a timer) and a memory limit.
+3. limits: a time limit (DuckDB's interrupt, from a timer, and a deadline checked between the
+   result's batches) and a memory limit (DuckDB's, and batches sized from it).
 Output files never land on the lake (`storage.output_paths.OutputGuard`).
 """
 
@@ -20,8 +21,9 @@ import re
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,11 +40,15 @@ __all__ = [
     "QueryLimitHit",
     "QueryLimits",
     "QueryRefused",
+    "QueryStream",
     "open_query_lake",
-    "run_query",
+    "query_stream",
+    "stream_query",
 ]
 
 _SIZE = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20,
+          "gib": 1 << 30, "tib": 1 << 40}  # fmt: skip
 # Where credentials come from, so that no message carries one even if DuckDB quotes it.
 _CREDENTIAL_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
@@ -64,6 +70,32 @@ class QueryLimits:
         if not _SIZE.fullmatch(self.memory.strip()):
             raise ValueError(f"--memory {self.memory!r} is not a size: write it like 2GB, 512MB or 1.5GiB")
 
+    @property
+    def memory_bytes(self) -> int:
+        """The memory limit in bytes, as DuckDB reads it (KB = 1000 bytes, KiB = 1024)."""
+        number, unit = _SIZE.fullmatch(self.memory.strip()).group(0, 2)
+        return int(float(number[: -len(unit)]) * _UNITS[unit.lower()])
+
+    @property
+    def batch_rows(self) -> int:
+        """Rows per Arrow batch: a batch of rows of 256 bytes takes a sixteenth of the memory limit,
+        so the result in Python (a batch, its conversion, its text) stays within the limit too."""
+        rows = self.memory_bytes // (16 * 256)
+        return min(max(rows - rows % 2048, 2048), 122_880)  # whole DuckDB vectors; DuckDB's row group at most
+
+    def time_hit(self) -> QueryLimitHit:
+        return QueryLimitHit(
+            f"the query ran past its {self.timeout_s:g} s limit: narrow it (a WHERE, a LIMIT, fewer joins), "
+            "or raise --timeout"
+        )
+
+    def memory_hit(self, detail: str = "") -> QueryLimitHit:
+        detail = f"; {detail}" if detail else ""
+        return QueryLimitHit(
+            f"the query needed more than its {self.memory} memory limit (nothing spills to disk{detail}): narrow "
+            "it (a WHERE, a LIMIT, fewer columns), or raise --memory"
+        )
+
 
 def lock_down(lake: Lake, memory: str = QueryLimits.memory) -> None:
     """Credentials emptied, files limited to the lake's data folder, nothing written, settings locked."""
@@ -80,6 +112,7 @@ def lock_down(lake: Lake, memory: str = QueryLimits.memory) -> None:
         "temp_directory": "''", "autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
         "allow_community_extensions": "false", "allow_unredacted_secrets": "false",
         "python_enable_replacements": "false", "enable_logging": "false",
+        "arrow_lossless_conversion": "true",  # HUGEINT, UUID, TIME WITH TIME ZONE reach Python exactly
         "enable_external_access": "false",  # last but one: it also freezes the allowed paths
         "lock_configuration": "true",
     }  # fmt: skip
@@ -133,54 +166,111 @@ def _private_catalog(spec: Catalog, scratch: Path, given: str | None) -> str | N
     return f"sqlite:{copy}"
 
 
-def run_query(
+@contextmanager
+def query_stream(
     root: Path | str,
     query: str,
     catalog: str | None = None,
     limits: QueryLimits | None = None,
     output: Path | None = None,
-) -> pa.Table:
-    """Run one read-only ad hoc query over the lake. QueryRefused for anything but a read (and
-    for an `output` path inside the lake), QueryLimitHit past the time or memory limit."""
+) -> Iterator[QueryStream]:
+    """Run one read-only ad hoc query over the lake and stream its result in Arrow batches.
+    QueryRefused for anything but a read (OutputRefused for an `output` path on the lake),
+    QueryLimitHit past the time or memory limit, counted until the block ends: what the caller
+    does with the batches (rendering, writing) is inside the limits too."""
     limits = limits or QueryLimits()
+    deadline = time.monotonic() + limits.timeout_s
     with open_query_lake(root, catalog, limits) as lake:
         if output is not None:
             # The real catalog, not the private copy the query reads.
             OutputGuard(Path(root), Catalog.parse(catalog, Path(root)), lake.data_path).check(output)
-        try:
-            return _fetch(lake, query, limits)
-        except QueryRefused as exc:
-            raise QueryRefused(_scrubbed(str(exc), lake)) from None
-        except duckdb.PermissionException as exc:
-            message = _scrubbed(str(exc), lake)
-            raise QueryRefused(f"viewmill sql reads only the lake's tables and its data folder: {message}") from None
-        except duckdb.Error as exc:
-            raise QueryRefused(f"query failed: {_scrubbed(str(exc), lake)}") from None
+        with stream_query(lake, query, limits, deadline) as stream:
+            yield stream
 
 
-def _fetch(lake: Lake, query: str, limits: QueryLimits) -> pa.Table:
-    """The checked query's result, under the time limit (DuckDB's interrupt, from a timer thread,
-    covering the checks' binding too) and the memory limit set on the connection."""
-    timer = threading.Timer(limits.timeout_s, lake.con.interrupt)
-    timer.daemon = True
-    timer.start()
+@contextmanager
+def stream_query(lake: Lake, query: str, limits: QueryLimits, deadline: float | None = None) -> Iterator[QueryStream]:
+    """`query` on a lake from `open_query_lake`, its result streamed, until `deadline` (a
+    time.monotonic() value; default: the time limit from now)."""
+    deadline = time.monotonic() + limits.timeout_s if deadline is None else deadline
+    done = threading.Event()
+    threading.Thread(target=_interrupt_after, args=(lake.con, deadline, done), daemon=True).start()
+    stream = QueryStream(lake, limits, deadline)
     try:
-        # One transaction: the checks and the query see the same catalog snapshot (a view a
-        # writer redefines in between cannot slip past the check).
-        lake.con.execute("BEGIN TRANSACTION")
-        return lake.con.execute(checked_query(lake.con, query)).to_arrow_table()
-    except duckdb.InterruptException:
-        raise QueryLimitHit(
-            f"the query ran past its {limits.timeout_s:g} s limit: narrow it (a WHERE, a LIMIT, fewer joins), "
-            "or raise --timeout"
-        ) from None
-    except duckdb.OutOfMemoryException:
-        raise QueryLimitHit(
-            f"the query needed more than its {limits.memory} memory limit (nothing spills to disk): narrow it "
-            "(a WHERE, a LIMIT, fewer columns), or raise --memory"
-        ) from None
+        with _translated(lake, limits):
+            stream.check_time()
+            # One transaction: the checks and the query see the same catalog snapshot (a view a
+            # writer redefines in between cannot slip past the check).
+            lake.con.execute("BEGIN TRANSACTION")
+            stream.start(lake.con.execute(checked_query(lake.con, query)).to_arrow_reader(limits.batch_rows))
+        yield stream
     finally:
-        timer.cancel()
+        done.set()
+        with suppress(duckdb.Error):
+            lake.con.execute("ROLLBACK")  # it only read; the connection is ready for the next query
+
+
+def _interrupt_after(con: duckdb.DuckDBPyConnection, deadline: float, done: threading.Event) -> None:
+    """DuckDB's interrupt once the deadline passes, again every 0.1 s until `done` (one that lands
+    between two statements is dropped); the stream checks the deadline between batches too, where
+    Python does the work."""
+    delay = max(deadline - time.monotonic(), 0.0)
+    while not done.wait(delay):
+        con.interrupt()
+        delay = 0.1
+
+
+class QueryStream:
+    """A query's result as Arrow record batches, each checked against the limits: the deadline
+    before it is read, its size against the memory limit once it is."""
+
+    def __init__(self, lake: Lake, limits: QueryLimits, deadline: float) -> None:
+        self._lake, self._limits, self._deadline = lake, limits, deadline
+
+    def start(self, reader: pa.RecordBatchReader) -> None:
+        self._reader, self.schema = reader, reader.schema
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            self.check_time()
+            with _translated(self._lake, self._limits):
+                try:
+                    batch = self._reader.read_next_batch()
+                except StopIteration:
+                    return
+            if batch.nbytes > self._limits.memory_bytes // 2:
+                detail = f"a batch of {batch.num_rows} rows of its result took {batch.nbytes >> 20} MiB in Python"
+                raise self._limits.memory_hit(detail)
+            yield batch
+
+    def check_time(self) -> None:
+        """QueryLimitHit once the command has run past its time limit."""
+        if time.monotonic() > self._deadline:
+            raise self._limits.time_hit()
+
+
+@contextmanager
+def _translated(lake: Lake, limits: QueryLimits) -> Iterator[None]:
+    """DuckDB's errors (raised by DuckDB, or by the Arrow stream that carries them) as one
+    message without any credential: a refusal, a limit hit (naming its flag) or a failed query."""
+    try:
+        yield
+    except QueryRefused as exc:
+        raise QueryRefused(_scrubbed(str(exc), lake)) from None
+    except duckdb.InterruptException:
+        raise limits.time_hit() from None
+    except (duckdb.OutOfMemoryException, MemoryError):
+        raise limits.memory_hit() from None
+    except duckdb.PermissionException as exc:
+        message = _scrubbed(str(exc), lake)
+        raise QueryRefused(f"viewmill sql reads only the lake's tables and its data folder: {message}") from None
+    except (duckdb.Error, pa.ArrowException, OSError) as exc:  # OSError: how the Arrow stream raises
+        message = str(exc)
+        if message.startswith("INTERRUPT Error"):  # the Arrow stream carries DuckDB's errors as text
+            raise limits.time_hit() from None
+        if message.startswith("Out of Memory Error"):
+            raise limits.memory_hit() from None
+        raise QueryRefused(f"query failed: {_scrubbed(message, lake)}") from None
 
 
 def _scrubbed(message: str, lake: Lake) -> str:

@@ -237,7 +237,7 @@ def test_readme_block_runs(name, block, readme_lake):
     where = f"{name} line {block.line} ({block.lang})"
     hint = "fix it, or mark it with <!-- skip-test: why --> if it needs a GPU, the network, a long run or a server"
     assert result.returncode == 0, f"{where} exited {result.returncode}: {hint}\n{body}\n---\n{result.stderr[-3000:]}"
-    empty = re.search(r"^0 row\(s\)$", result.stdout, re.M)
+    empty = re.search(r"^0 row\(s\)$", result.stderr, re.M)  # the table's row count goes to stderr
     assert not empty, f"{where}: a documented query returned no rows against the test lake\n{body}\n{result.stdout}"
 
 

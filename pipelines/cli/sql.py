@@ -17,9 +17,9 @@ from viewmill.pipelines.cli.common import (
     load_settings,
     user_errors,
 )
-from viewmill.pipelines.cli.output import OutputError, OutputFormat, write_file, write_stdout
+from viewmill.pipelines.cli.output import MAX_ROWS, OutputError, OutputFormat, output_format, write_result
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.sandbox import QueryLimits, run_query
+from viewmill.storage.sandbox import QueryLimits, query_stream
 
 QUERY_FILE_LIMIT = 1 << 20  # a query, not a data file: 1 MiB
 
@@ -35,41 +35,48 @@ def sql(
     state_dir: StateDir = None,
     catalog: CatalogOption = None,
     fmt: Annotated[
-        OutputFormat,
+        OutputFormat | None,
         typer.Option(
             "--format",
-            help="table; csv (nested values as JSON text), json (one object a line, nested values as JSON) "
-            "or parquet (needs --output)",
+            help="table (the default on the terminal); csv (nested values as JSON text), json or jsonl (one object "
+            "a line) or parquet (needs --output); with --output, the default is the file's suffix",
+            show_default=False,
         ),
-    ] = OutputFormat.table,
+    ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="write the result to this file (not inside the lake)")
+        Path | None,
+        typer.Option("--output", "-o", help="write the result to this file (not inside the lake), e.g. out.parquet"),
     ] = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", metavar="SECONDS", help="stop the query after this long")
+        float, typer.Option("--timeout", metavar="SECONDS", help="stop the command (query and output) after this long")
     ] = QueryLimits.timeout_s,
     memory: Annotated[
         str, typer.Option("--memory", metavar="SIZE", help="the query's memory limit (nothing spills to disk)")
     ] = QueryLimits.memory,
+    max_rows: Annotated[
+        int, typer.Option("--max-rows", min=1, metavar="N", help="rows the table shows (--output FILE writes all)")
+    ] = MAX_ROWS,
 ) -> None:
     """Answer an ad hoc question over the lake: one read-only query, under a time and memory
     limit; only the result goes to stdout."""
-    if fmt is OutputFormat.parquet and output is None:
-        fail(OutputError("--format parquet is binary: add --output FILE (e.g. --output result.parquet)"))
-    if fmt is OutputFormat.table and output is not None:
-        fail(OutputError("--output needs --format csv, json or parquet (table is for the terminal)"))
+    try:
+        fmt = output_format(fmt, output)
+    except OutputError as exc:
+        fail(exc)
     text = _query_text(ctx, query, query_file)
     try:
         limits = QueryLimits(timeout_s=timeout, memory=memory)
         root = StatePaths.resolve(state_dir).lake
-        table = run_query(root, text, catalog=load_settings(catalog).catalog_spec(), limits=limits, output=output)
+        spec = load_settings(catalog).catalog_spec()
+        with query_stream(root, text, catalog=spec, limits=limits, output=output) as stream:
+            rows = write_result(stream, stream.schema, fmt, output, memory=memory, max_rows=max_rows,
+                                console=console, check_time=stream.check_time)  # fmt: skip
+    except MemoryError:  # Python's side of the result: one message, naming the flag
+        fail(QueryLimits(timeout, memory).memory_hit("Python ran out of memory holding its result"))
     except (*user_errors(), ValueError) as exc:
         fail(exc)
-    if output is None:
-        write_stdout(table, fmt, console)
-    else:
-        write_file(table, fmt, output)
-        err_console.print(f"wrote {table.num_rows} row(s) to {output}", highlight=False)
+    if output is not None:
+        err_console.print(f"wrote {rows} row(s) to {output}", highlight=False)
 
 
 def _query_text(ctx: typer.Context, query: str | None, query_file: Path | None) -> str:

@@ -125,7 +125,7 @@ def test_a_query_past_its_memory_limit_is_stopped_without_spilling(state):
 def test_limits_have_defaults_and_bad_values_are_named(state):
     root, _ = state
     help_text = " ".join(runner.invoke(app, ["sql", "--help"], env={"COLUMNS": "200"}).output.split())
-    assert "--timeout SECONDS stop the query after this long [default: 60.0]" in help_text
+    assert "--timeout SECONDS stop the command (query and output) after this long [default: 60.0]" in help_text
     assert "--memory SIZE the query's memory limit (nothing spills to disk) [default: 2GB]" in help_text
     assert _one_line(_sql(root, "SELECT 1", "--timeout", "0")) == (
         "error: --timeout 0.0 is not a time limit: give seconds above 0, e.g. --timeout 60"
