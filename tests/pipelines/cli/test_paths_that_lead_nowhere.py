@@ -62,7 +62,7 @@ def test_a_recipe_path_that_leads_nowhere(tmp_path, monkeypatch, kind, written):
 @pytest.mark.parametrize("written", ["relative", "absolute"])
 def test_a_state_directory_that_leads_nowhere(tmp_path, monkeypatch, kind, written):
     given = _given(tmp_path, _nowhere(tmp_path, kind, "state"), written, monkeypatch)
-    code, out = _invoke(["run", str(tmp_path / "missing.yaml"), "--no-prefect", "--state-dir", given])
+    code, out = _invoke(["lake", "snapshots", "--state-dir", given])
     assert code == 2
     assert (
         f"error: state directory {given} is a symbolic link that leads nowhere (a loop, or its target is gone): "
