@@ -113,8 +113,9 @@ class PlainProgress:
         self._started = clock()
         self._announced = False
         self._lock = threading.Lock()
-        self._rate_from: tuple[float, int] | None = None  # (time, done) of the first advance
-        self._paused = 0.0  # seconds spent in phases since then
+        self._first: tuple[float, int] | None = None  # (time, done) of the first advance
+        self._rate_from: tuple[float, int] | None = None  # where the rate's clock starts: after a unit
+        self._phases: list[tuple[float, float]] = []  # (start, end) of each phase that ended
         self._phase: str | None = None  # what the stage does outside the counted work, shown
         self._phase_title, self._phase_started = "", 0.0
         self._phase_shown = False
@@ -128,7 +129,10 @@ class PlainProgress:
 
     def advance(self, done: int, total: int | None) -> None:
         with self._lock:
-            if self._rate_from is None:
+            if self._first is None:  # a first call with work done already ends a unit: the clock starts there
+                self._first = (self._clock(), done)
+                self._rate_from = self._first if done > 0 else None
+            elif self._rate_from is None and done > self._first[1]:
                 self._rate_from = (self._clock(), done)
             self.done, self.total = done, total
             if not self._announced and (total is None or total > 0):
@@ -152,8 +156,7 @@ class PlainProgress:
             now = self._clock()
             if self._phase_shown:
                 self._emit(f"{self.description}: {self._phase_title}: done in {_duration(now - self._phase_started)}")
-            if self._rate_from is not None:
-                self._paused += now - max(self._phase_started, self._rate_from[0])
+            self._phases.append((self._phase_started, now))
             self._phase = None
 
     @contextmanager
@@ -165,16 +168,17 @@ class PlainProgress:
         finally:
             self.done_doing()
 
-    def rate(self) -> float | None:
-        """Units of counted work per second, or None before one unit was counted."""
-        if self._rate_from is None:
+    def rate(self, since: tuple[float, int] | None = None) -> float | None:
+        """Units of counted work per second from `since` (default: the first unit's end, so a first
+        unit slowed by warm-up, a lazily loaded model, is left out), phases not counted; None
+        before a unit was counted after it."""
+        since = since or self._rate_from
+        if since is None:
             return None
         now = self._clock()
-        since, first = self._rate_from
-        working = now - since - self._paused
-        if self._phase is not None:
-            working -= now - max(self._phase_started, since)
-        counted = self.done - first
+        phases = [*self._phases, *([(self._phase_started, now)] if self._phase is not None else [])]
+        working = now - since[0] - sum(max(0.0, end - max(start, since[0])) for start, end in phases)
+        counted = self.done - since[1]
         return counted / working if counted > 0 and working > 0 else None
 
     def line(self) -> str:
@@ -208,7 +212,7 @@ class PlainProgress:
                 where = f" while {self._phase}" if self._phase is not None else ""
                 self._emit(f"{self.description}: stopped at {count}{where} after {elapsed}")
                 return
-            rate = self.rate()
+            rate = self.rate(self._first)  # the whole stage's throughput, warm-up included
             speed = f" ({_rate(rate, self.unit)})" if rate is not None and self.unit else ""
             self._emit(f"{self.description}: done, {count} in {elapsed}{speed}")
 

@@ -101,13 +101,21 @@ def test_throughput_reads_as_units_a_second():
     clock, lines = FakeClock(), []
     progress = PlainProgress("augment bt_es (apertium) shard 1/1", None, lines.append, clock=clock, unit="sentences")
     progress.advance(0, 3000)
-    clock.now += 100
+    clock.now += 70  # the first chunk, the engine's model loading in it: no rate yet
+    progress.advance(600, 3000)
+    progress.tick()
+    clock.now += 50
     progress.advance(1200, 3000)
     progress.tick()
     assert lines == [
         "augment bt_es (apertium) shard 1/1: started (0/3000)",
-        "augment bt_es (apertium) shard 1/1: 1200/3000 (40%), 1m40s elapsed, 12 sentences/s, about 2m30s left",
-    ]
+        "augment bt_es (apertium) shard 1/1: 600/3000 (20%), 1m10s elapsed",
+        "augment bt_es (apertium) shard 1/1: 1200/3000 (40%), 2m00s elapsed, 12 sentences/s, about 2m30s left",
+    ], "the rate leaves the first chunk's warm-up out"
+    clock.now += 150
+    progress.advance(3000, 3000)
+    progress.close()
+    assert lines[-1] == "augment bt_es (apertium) shard 1/1: done, 3000/3000 in 4m30s (11 sentences/s)"
 
 
 def test_off_a_terminal_a_slow_stage_says_what_it_does_and_estimates_only_from_its_steps(monkeypatch, capsys):
