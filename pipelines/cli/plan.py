@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
-from viewmill.pipelines.cli.common import CatalogOption, Overrides, StateDir, console, err_console, fail, load_settings
+from viewmill.pipelines.cli.common import (
+    CatalogOption,
+    Overrides,
+    StateDir,
+    console,
+    err_console,
+    fail,
+    load_settings,
+    require_recipe,
+    user_errors,
+)
 from viewmill.pipelines.state import StatePaths
 
 if TYPE_CHECKING:
@@ -39,13 +49,13 @@ def plan(
     stage's real code timed on a sample (engines, meaning filter, training steps, encoding), the
     translation cache and views the lake already holds; per stage seconds and peak memory, here
     and on N Dask workers. Nothing is written to the lake."""
-    from viewmill.pipelines.cli.common import user_errors
-    from viewmill.pipelines.plan import plan_recipe
-    from viewmill.pipelines.recipe import load_recipe
-
     settings = load_settings(catalog)
     state = StatePaths.resolve(state_dir)
     try:
+        require_recipe(recipe)  # before torch and the recipe schema load
+        from viewmill.pipelines.plan import plan_recipe
+        from viewmill.pipelines.recipe import load_recipe
+
         parsed = load_recipe(recipe, overrides)
         err_console.print(f"planning {recipe}: measuring on up to {sample} sentences", highlight=False)
         result = plan_recipe(parsed, state, settings, sample=sample, workers=dask_workers)
@@ -64,7 +74,7 @@ def _size(n: int) -> str:
 def _row(stage: StageEstimate, gpu: bool) -> list[str]:
     on_gpu = f"{stage.gpu_seconds:,.1f}" if stage.gpu_seconds is not None else ("=cpu" if gpu else "unmeasured")
     return [stage.stage, f"{stage.rows:,}", f"{stage.seconds:,.1f}", _size(stage.peak_rss),
-            f"{stage.workers_seconds:,.1f}", _size(stage.workers_peak_rss), on_gpu, stage.note]  # fmt: skip
+            f"{stage.workers_seconds:,.1f}", _size(stage.workers_peak_rss), on_gpu]  # fmt: skip
 
 
 def render_plan(result: Plan) -> None:
@@ -85,12 +95,14 @@ def render_plan(result: Plan) -> None:
         augmenters.add_row(a.name, a.engine, f"{a.load_s:.2f}", f"{(a.view_s + a.engine_s) * 1e3:.2f}",
                            f"{a.view_s * 1e3:.2f}", cached, f"{a.views_present:.0%}", meaning)  # fmt: skip
     console.print(augmenters)
-    stages = Table(title=f"estimate per stage (this machine; {result.workers} Dask worker(s); GPU: {result.gpu})")
+    stages = Table(title=f"estimate per stage (this machine, and with {result.workers} Dask worker(s))")
     for column in ("stage", "rows", "seconds", "peak memory", f"seconds on {result.workers} workers",
-                   "memory on workers", "GPU seconds", "note"):  # fmt: skip
+                   "memory on workers", "GPU seconds"):  # fmt: skip
         stages.add_column(column)
     for stage in [*result.stages, result.total]:
         stages.add_row(*_row(stage, gpu))
     console.print(stages)
-    if not gpu:
-        console.print(f"GPU figures: {NO_GPU}", highlight=False, markup=False)
+    for stage in result.stages:
+        console.print(f"{stage.stage}: {stage.note}", highlight=False, markup=False)
+    measured = f"measured on {result.gpu}" if gpu else NO_GPU
+    console.print(f"GPU figures: {measured}", highlight=False, markup=False)
