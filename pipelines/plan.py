@@ -261,10 +261,12 @@ def train_estimate(recipe: Recipe, found: Measures) -> StageEstimate:
         t, e = found.train[device], found.encode[device]
         return t.load_s + spec.steps * t.step_s + t.export_s + passes * found.dev_texts / e.texts_per_s
 
-    cpu = found.train["cpu"]
-    gpu = seconds("cuda") if "cuda" in found.train else None
+    cpu, on_gpu = found.train["cpu"], found.train.get("cuda")
+    gpu = seconds("cuda") if on_gpu is not None else None
     note = (f"{spec.steps} steps of batch {spec.batch_size}; {passes} dev scoring pass(es); "
             "does not scale with Dask workers (one process; DDP under torchrun does)")  # fmt: skip
+    if on_gpu is not None and on_gpu.peak_gpu is not None:
+        note += f"; GPU memory peak {on_gpu.peak_gpu / 2**20:,.0f} MiB"
     return _alone("train", spec.steps * spec.batch_size, seconds("cpu"), cpu.peak_rss, note, gpu)
 
 
