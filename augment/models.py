@@ -30,11 +30,6 @@ def load_once(kind: str, ref: str, device: str, variant: str, load: Callable[[],
         return _loaded[key]
 
 
-def loaded_models() -> list[tuple[str, ...]]:
-    with _lock:
-        return list(_loaded)
-
-
 def release_models() -> int:
     """Drop every loaded model (the run is over); returns how many there were."""
     with _lock:

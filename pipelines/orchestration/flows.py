@@ -53,7 +53,6 @@ _STAGES = (preflight, ingest_stage, augment_plan, augment_finish, pair_stage, tr
 # Stages that hold a model on the accelerator carry the `gpu` tag: a concurrency limit of 1
 # on that tag (viewmill serve, viewmill deploy, prefect.yaml's build step set it: deploy.py) keeps one
 # GPU from running two of them at once.
-RESULTS_ENV = "VIEWMILL_RESULTS"
 DASK_ENV = "VIEWMILL_DASK"
 MODEL_STAGES = {train_stage, evaluate_stage}
 TASKS = {
