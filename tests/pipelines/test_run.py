@@ -53,7 +53,7 @@ def test_full_run_fills_every_table_and_a_rerun_reuses_everything(tmp_path, tiny
 
 
 @pytest.mark.parametrize("problem", ["not_utf8", "empty", "missing", "no_apertium_pair"])
-def test_bad_input_fails_before_the_lake_is_touched(tmp_path, tiny_recipe, problem):
+def test_bad_input_fails_before_anything_but_its_run_is_written(tmp_path, tiny_recipe, problem):
     corpus = tiny_recipe.parent / "corpus.txt"
     expected: type[Exception] = CorpusError
     if problem == "not_utf8":
@@ -68,7 +68,13 @@ def test_bad_input_fails_before_the_lake_is_touched(tmp_path, tiny_recipe, probl
     state = StatePaths(tmp_path / "state")
     with pytest.raises(expected):
         run_recipe(RunContext(load_recipe(tiny_recipe), state))
-    assert not state.lake.exists()
+    if problem != "empty":
+        assert not state.lake.exists(), "refused by preflight: nothing written"
+        return
+    with Lake(state.lake, read_only=True) as lake:  # only ingest's full read finds it: the run's own row, failed
+        (run,) = lake.arrow("SELECT status, error FROM runs").to_pylist()
+        assert run["status"] == "failed" and run["error"].startswith("CorpusError: corpus 'tiny' is empty")
+        assert lake.scalar("SELECT count(*) FROM sentences") == 0
 
 
 def test_apertium_missing_is_reported_with_the_install_command(tmp_path, tiny_recipe, monkeypatch):
