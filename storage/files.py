@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -47,6 +48,14 @@ def build_dir_atomically(target: Path, build: Callable[[Path], None], *, replace
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def clear_partials(target: Path) -> None:
+    """Remove the staging folders killed builds of `target` left (`<target>.partial-<pid>`); only
+    for a caller holding the target's lock, so no live build's folder is among them. A swap's
+    `.partial-old-<pid>` is kept: it may be the only copy of the previous `target`."""
+    for staging in target.parent.glob(f"{glob.escape(target.name)}.partial-[0-9]*"):
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _swap(staging: Path, target: Path) -> None:

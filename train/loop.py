@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 from torch import nn
+from viewmill.storage.files import clear_partials
 from viewmill.storage.ids import fingerprint
 from viewmill.train import distributed
 from viewmill.train.assembly import prepare
@@ -89,6 +90,8 @@ def train_model(
     # Rank 0 alone writes checkpoints and the export; under torchrun the other ranks take no lock.
     lock = model_lock(checkpoint_dir, "checkpoints of") if distributed.is_main() else contextlib.nullcontext()
     with lock:
+        if distributed.is_main():  # what an export killed part way left is no model: it goes
+            clear_partials(out_dir)
         return _fit(pairs, base_model, config, out_dir, checkpoint_dir, card=card, keys=keys, on_step=on_step, dev=dev,
                     phase=phase or (lambda _: contextlib.nullcontext()))  # fmt: skip
 
