@@ -17,7 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from viewmill.augment.models import release_models
+from viewmill.augment.readers import READERS
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.plan_measure import (
     AugmenterMeasure,
@@ -46,6 +48,12 @@ NO_GPU = "unmeasured (no GPU here)"
 # Pairing is one SQL statement: its per-pair cost is too small to time on a sample, so it is
 # taken at issue 32's goal for a 1M-pair snapshot and said so.
 PAIR_ROWS_PER_S = 1_000_000
+# Sources larger than this are not counted but estimated (`size_corpus`); they read at ingest's
+# speed otherwise (BENCHMARKS.md: 330k-602k sentences/s of text).
+ESTIMATE_BYTES = 4 * 2**30
+PREFIX_SENTENCES = 100_000  # kept sentences read to estimate the share ingest keeps
+PREFIX_BYTES = 16 * 2**20  # bytes read to estimate bytes per line
+LINE_FORMATS = ("text", "nli-jsonl", "csv")  # one record per line
 
 
 @dataclass(frozen=True)
@@ -115,13 +123,13 @@ class Measures:
 
 
 def plan_recipe(recipe: Recipe, state: StatePaths, settings: Settings, *, sample: int = DEFAULT_SAMPLE,
-                workers: int = 1) -> Plan:  # fmt: skip
+                workers: int = 1, estimate_bytes: int = ESTIMATE_BYTES) -> Plan:  # fmt: skip
     """Check, count and measure the recipe (nothing written to its lake), then estimate each stage."""
     ctx = RunContext(recipe, state, settings)
     with Watch() as checked:
         preflight(ctx)  # bad input is refused as a run refuses it
     with Watch() as counted:
-        sentences = count_sentences(ctx)
+        sentences, how = size_corpus(ctx, estimate_bytes)
     gpu = gpu_name()
     with tempfile.TemporaryDirectory(prefix="viewmill-plan-") as scratch, run_lake(ctx) as lake:
         try:
@@ -130,8 +138,7 @@ def plan_recipe(recipe: Recipe, state: StatePaths, settings: Settings, *, sample
             release_models()
             release_producers()
     stages = estimate(recipe, found, sentences, workers)
-    return Plan(recipe.name, sentences, "counted (every source streamed through ingest's filters)",
-                found.sample, workers, gpu, found.augmenters, stages)  # fmt: skip
+    return Plan(recipe.name, sentences, how, found.sample, workers, gpu, found.augmenters, stages)
 
 
 def count_sentences(ctx: RunContext) -> int:
@@ -140,6 +147,34 @@ def count_sentences(ctx: RunContext) -> int:
     for _ in stream.batches():
         pass
     return stream.stats.kept
+
+
+def size_corpus(ctx: RunContext, estimate_bytes: int = ESTIMATE_BYTES) -> tuple[int, str]:
+    """The corpus's sentences and how they were found: counted, or for sources of more than
+    `estimate_bytes` in a one-record-per-line format (or Parquet), estimated from its records
+    (file bytes over a prefix's bytes per line, or Parquet's row counts) times the share of a
+    prefix's records that ingest keeps (duplicates past the prefix are not seen)."""
+    corpus = ctx.recipe.corpus
+    files = [Path(f) for f in corpus.files]
+    total = sum(f.stat().st_size for f in files) if READERS[corpus.format].reads_files else 0
+    small_limit = corpus.limit is not None and corpus.limit <= PREFIX_SENTENCES
+    if total <= estimate_bytes or small_limit or corpus.format not in (*LINE_FORMATS, "parquet"):
+        return count_sentences(ctx), "counted (every source streamed through ingest's filters)"
+    prefix = RunContext(ctx.recipe.model_copy(update={"corpus": corpus.model_copy(update={"limit": PREFIX_SENTENCES})}),
+                        ctx.state, ctx.settings, ctx.run_id)  # fmt: skip
+    stream = corpus_stream(prefix)
+    for _ in stream.batches():
+        pass
+    if corpus.format == "parquet":
+        records = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    else:
+        with files[0].open("rb") as head:
+            block = head.read(PREFIX_BYTES)
+        records = total * max(block.count(b"\n"), 1) // max(len(block), 1)
+    kept = round(records * stream.stats.kept / max(stream.stats.lines, 1))
+    return min(kept, corpus.limit or kept), (
+        f"estimated from {total / 2**30:,.1f} GiB of sources and a {stream.stats.lines:,}-record prefix"
+    )
 
 
 def gpu_name() -> str:

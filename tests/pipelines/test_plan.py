@@ -13,7 +13,8 @@ import torch
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.cli.plan import render_plan
-from viewmill.pipelines.plan import NO_GPU, plan_recipe
+from viewmill.pipelines.context import RunContext
+from viewmill.pipelines.plan import NO_GPU, plan_recipe, size_corpus
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.settings import Settings
@@ -134,4 +135,15 @@ def test_bad_input_exits_2_before_anything_is_measured(tmp_path, tiny_model):
     )
     small = runner.invoke(app, ["plan", str(recipe), "--sample", "0"])
     assert small.exit_code == 2 and "--sample" in small.output
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_corpus_past_the_size_limit_is_estimated_from_a_prefix_and_says_so(tmp_path, tiny_model):
+    recipe = write_plan_recipe(tmp_path, tiny_model)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(corpus.read_text(encoding="utf-8") * 2, encoding="utf-8")  # every line twice: half kept
+    ctx = RunContext(load_recipe(recipe), StatePaths(tmp_path / "s"))
+    assert size_corpus(ctx) == (200, "counted (every source streamed through ingest's filters)")
+    estimated, how = size_corpus(ctx, estimate_bytes=0)
+    assert estimated == 200 and how == "estimated from 0.0 GiB of sources and a 400-record prefix"
     assert not (tmp_path / "s").exists()
