@@ -3,15 +3,14 @@ taking back only files that viewmill itself wrote into this lake."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from viewmill.storage.catalog import sql_literal
+from viewmill.storage.crash_points import crash_point
 from viewmill.storage.file_hashes import HashRecords, digest_of
 from viewmill.storage.integrity import VerifyReport, check_snapshots, damaged_files, table_of, verify_lake
 from viewmill.storage.lake import Lake, LakeError
@@ -27,7 +26,6 @@ KEYS: dict[str, tuple[str, ...]] = {
     "corpus_members": ("corpus_version", "sentence_id"),
     "corpus_versions": ("corpus_version",),
 }
-CRASH_ENV = "VIEWMILL_TEST_CRASH_AT"  # tests name a point; the process kills itself there
 
 
 @dataclass
@@ -39,11 +37,6 @@ class RepairReport:
     not_taken_back: list[tuple[str, str]] = field(default_factory=list)  # orphaned file, why it was not
     dropped_snapshots: list[str] = field(default_factory=list)
     after: VerifyReport | None = None
-
-
-def _crash_point(name: str) -> None:
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _intact_rows(table: str, data: list[CatalogFile], deletes: dict[int, CatalogFile]) -> str:
@@ -99,7 +92,7 @@ def repair_lake(lake: Lake, state_root: Path, on_wait: Callable[[], None] | None
         for table, paths in sorted(damaged.items()):
             report.lost_files += sorted(paths)
             report.rebuilt[table] = rebuild_table(lake, table, paths)
-            _crash_point("repair-rebuilt")
+            crash_point("repair-rebuilt")
         orphans = [p.path for p in before.of_kind("orphan")]
         if orphans:
             report.moved_to = str(_set_orphans_aside(lake, orphans, state_root, report))
@@ -134,7 +127,7 @@ def _set_orphans_aside(lake: Lake, locations: list[str], state_root: Path, repor
             why = f"viewmill takes back only {', '.join(KEYS)}; a rerun remakes {table or 'the rest'}"
         if why is None and table is not None:
             _take_back(lake, table, location, report)
-            _crash_point("repair-took-back")
+            crash_point("repair-took-back")
         else:
             report.not_taken_back.append((location, why))
         moved = target / rel

@@ -8,12 +8,12 @@ import contextlib
 import json
 import logging
 import os
-import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock, Timeout
+from viewmill.storage.crash_points import CRASH_ENV, crash_point
 from viewmill.storage.files import build_dir_atomically
 from viewmill.train.card import EVALUATION, base_license, card_name, model_card
 from viewmill.train.encoder import encoder_fingerprint, module_types
@@ -32,11 +32,10 @@ from viewmill.train.manifest import (
 from viewmill.train.objectives import OBJECTIVES
 
 __all__ = [
-    "MANIFEST", "ExportError", "ModelIdentityError", "base_license", "export", "model_id_of", "read_manifest",
-    "reusable_export", "same_weights", "write_card",
+    "CRASH_ENV", "MANIFEST", "ExportError", "ModelIdentityError", "base_license", "export", "model_id_of",
+    "read_manifest", "reusable_export", "same_weights", "write_card",
 ]  # fmt: skip
 log = logging.getLogger(__name__)
-CRASH_ENV = "VIEWMILL_TEST_CRASH_AT"  # tests name a point; the process kills itself there
 
 
 class ModelBusyError(RuntimeError):
@@ -65,12 +64,6 @@ def model_lock(target: Path, what: str = "model") -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink()
         lock.release()
-
-
-def crash_point(name: str) -> None:
-    """Kill this process here when the test hook names this point (kill tests of lineage)."""
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def is_complete_model(path: Path) -> bool:

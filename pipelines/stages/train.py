@@ -16,6 +16,7 @@ from viewmill.pipelines.progress import PlainProgress, progress_bar
 from viewmill.pipelines.recipe import DevTask, TrainSpec
 from viewmill.pipelines.stages.evaluate import task_data_hash
 from viewmill.pipelines.state import StatePaths
+from viewmill.storage.crash_points import crash_point
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import MODELS
@@ -27,7 +28,6 @@ from viewmill.train.encoder import encoder_fingerprint, resolve_encoder
 from viewmill.train.evaluation.sts import EvalDataError, StsData, concatenated, load_task, model_scores
 from viewmill.train.export import (
     MANIFEST,
-    crash_point,
     is_complete_model,
     model_lock,
     read_manifest,

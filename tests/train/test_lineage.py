@@ -19,10 +19,10 @@ from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.stages.train import train_stage
 from viewmill.pipelines.state import StatePaths
+from viewmill.storage.crash_points import CRASH_ENV
 from viewmill.storage.lake import Lake
 from viewmill.train.config import TrainConfig
 from viewmill.train.export import (
-    CRASH_ENV,
     ModelBusyError,
     ModelIdentityError,
     is_complete_model,
