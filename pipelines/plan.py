@@ -13,7 +13,7 @@ import math
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from viewmill.storage.settings import Settings
 from viewmill.storage.snapshots import read_pairs
 from viewmill.train.evaluation.senteval import TransferTask, load_transfer
 from viewmill.train.evaluation.sts import load_task
+from viewmill.train.mining import MinedNegatives
 
 DEFAULT_SAMPLE = 300
 NO_GPU = "unmeasured (no GPU here)"
@@ -160,9 +161,7 @@ def size_corpus(ctx: RunContext, estimate_bytes: int = ESTIMATE_BYTES) -> tuple[
     small_limit = corpus.limit is not None and corpus.limit <= PREFIX_SENTENCES
     if total <= estimate_bytes or small_limit or corpus.format not in (*LINE_FORMATS, "parquet"):
         return count_sentences(ctx), "counted (every source streamed through ingest's filters)"
-    prefix = RunContext(ctx.recipe.model_copy(update={"corpus": corpus.model_copy(update={"limit": PREFIX_SENTENCES})}),
-                        ctx.state, ctx.settings, ctx.run_id)  # fmt: skip
-    stream = corpus_stream(prefix)
+    stream = corpus_stream(replace(ctx, recipe=limited(ctx.recipe, PREFIX_SENTENCES)))
     for _ in stream.batches():
         pass
     if corpus.format == "parquet":
@@ -194,12 +193,18 @@ def run_lake(ctx: RunContext) -> Iterator[Lake | None]:
         yield lake
 
 
+def limited(recipe: Recipe, sentences: int) -> Recipe:
+    """The recipe with its corpus cut to its first `sentences` kept sentences."""
+    corpus = recipe.corpus
+    return recipe.model_copy(
+        update={"corpus": corpus.model_copy(update={"limit": min(corpus.limit or sentences, sentences)})}
+    )
+
+
 def scratch_context(ctx: RunContext, folder: Path, sample: int) -> RunContext:
     """The recipe on its first `sample` sentences, in a lake of its own under `folder` (a local
     catalog and data path, whatever the run's settings name)."""
-    corpus = ctx.recipe.corpus
-    limited = corpus.model_copy(update={"limit": min(corpus.limit or sample, sample)})
-    recipe = ctx.recipe.model_copy(update={"corpus": limited})
+    recipe = limited(ctx.recipe, sample)
     settings = Settings(state_dir=folder, catalog="sqlite", data_path=str(folder / "lake" / "data"))
     return RunContext(recipe, StatePaths(folder), settings, run_id=ctx.run_id)
 
@@ -252,14 +257,26 @@ def estimate(recipe: Recipe, found: Measures, sentences: int, workers: int) -> l
         _alone("ingest", sentences, read, read_peak, "one streaming read of the corpus and its lake writes"),
         augment_estimate(recipe, found.augmenters, sentences, workers),
     ]
-    pairs = round(found.pairs * scale)
-    stages.append(_alone("pair", pairs, found.pair.seconds + pairs / PAIR_ROWS_PER_S, found.pair.peak,
-                         f"per-pair cost assumed at {PAIR_ROWS_PER_S:,} pairs/s"))  # fmt: skip
+    stages.append(pair_estimate(recipe, found, scale))
     if recipe.train is not None and "cpu" in found.train:
         stages.append(train_estimate(recipe, found))
         if recipe.evaluate is not None:
             stages.append(evaluate_estimate(recipe, found))
     return stages
+
+
+def pair_estimate(recipe: Recipe, found: Measures, scale: float) -> StageEstimate:
+    """Pairing's SQL at an assumed rate; mined negatives embed every pair, so the sample's whole
+    time scales with the corpus."""
+    pairs = round(found.pairs * scale)
+    if isinstance(recipe.pair.negatives, MinedNegatives):
+        seconds, note = found.pair.seconds * max(scale, 1.0), "mining negatives: the sample's time x the corpus"
+    else:
+        seconds, note = (
+            found.pair.seconds + pairs / PAIR_ROWS_PER_S,
+            f"per-pair cost assumed at {PAIR_ROWS_PER_S:,} pairs/s",
+        )
+    return _alone("pair", pairs, seconds, found.pair.peak, note)
 
 
 def _alone(stage: str, rows: int, seconds: float, peak: int, note: str, gpu: float | None = None) -> StageEstimate:

@@ -12,7 +12,7 @@ import os
 import resource
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +243,6 @@ class EncodeMeasure:
     load_s: float
     texts_per_s: float
     peak_rss: int
-    texts: list[int] = field(default_factory=list)
 
 
 def measure_encoding(ctx: RunContext, texts: list[str], device: str) -> EncodeMeasure:
