@@ -27,7 +27,7 @@ def _refused(tmp_path, *args: str) -> tuple[str, list[str]]:
     return " ".join(" ".join(lines).split()), json.loads(loaded)
 
 
-@pytest.mark.parametrize("command", ["run", "train", "sweep", "serve", "deploy"])
+@pytest.mark.parametrize("command", ["run", "train", "sweep", "plan", "serve", "deploy"])
 def test_a_missing_recipe_is_named_before_anything_heavy_loads(tmp_path, command):
     message, loaded = _refused(tmp_path, command, "recipes/nope.yaml")
     assert message == "error: recipe not found: recipes/nope.yaml (try recipes/demo.yaml)"
