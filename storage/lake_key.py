@@ -91,8 +91,7 @@ def writer_key(con: duckdb.DuckDBPyConnection, root: Path | str, data_path: str)
     if key is not None and legacy is not None and key != legacy:
         raise LakeError(_foreign(path))
     if key is None:
-        signed = (recorded is not None or legacy is not None) and has_records(con, data_path)
-        if legacy is None and signed:
+        if legacy is None and recorded is not None and has_records(con, data_path):
             raise LakeError(_missing(path, data_path))
         key = legacy or secrets.token_bytes(32)
         _write_key_file(path, key)
