@@ -2,11 +2,8 @@
 objectives NT-Xent and InfoNCE; BSL, SG-OPT, IS-BERT and distillation have their own modules,
 each with its entry.
 
-A training module takes a tokenised batch whose first n rows are view a and next n rows view
-b (the layout `viewmill.train.loop` builds; objectives whose entry reads hard negatives or the
-source sentence also get the rows after those, described by a `BatchLayout`), returns a
-scalar loss, and names the parameters of its head; its entry's `build` names the
-sentence-transformers modules that are exported.
+What an entry's `build` returns to train is a `TrainingModule` (the contract below); its
+entry names the sentence-transformers modules that are exported.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +25,59 @@ from viewmill.train.legacy_isbert import ReLUCNN  # noqa: F401  (the class path 
 from viewmill.train.pooling import exported_modules, mean_pool
 
 from viewmill.specs import Spec
+
+
+@runtime_checkable
+class TrainingModule(Protocol):
+    """What an objective's `build` returns to train: a `torch.nn.Module` whose call is the loss.
+
+    The batch is tokenised; its first n rows are view a and the next n view b (the layout
+    `viewmill.train.batches` builds). An entry with `negatives` or `needs_source` also gets
+    the rows after those and `layout=` (a `BatchLayout` saying where they are); other entries
+    get the plain [a..., b...] batch and no layout, so a module that reads none need not take
+    one. The module's parameters not in `head_parameters()` are the encoder's.
+    """
+
+    def forward(
+        self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True, layout: BatchLayout | None = None
+    ) -> torch.Tensor:
+        """The scalar loss of the batch; `train_encoder` False during the head's warm-up."""
+        ...
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The head's parameters (trained at `head_lr`, warmed up first); [] without a head."""
+        ...
+
+
+@runtime_checkable
+class CachedBackward(TrainingModule, Protocol):
+    """The module of an entry with `cached_gradients`: its loss is over in-batch negatives, so
+    accumulation re-embeds (GradCache) rather than splitting the loss, and under torchrun its
+    loss is over every rank's rows (scaled by the world size)."""
+
+    def cached_backward(
+        self, batch: dict[str, torch.Tensor], n: int, chunks: int, scale: float = 1.0, layout: BatchLayout | None = None
+    ) -> torch.Tensor:
+        """Back-propagates the whole batch's loss x `scale` embedding it in `chunks` pieces;
+        returns the loss (detached)."""
+        ...
+
+
+def checked_module(name: str, entry: Objective, module: object) -> TrainingModule:
+    """`module` as built by objective `name`, refused where it breaks the contract its entry
+    states (a plugin's mistake, named before training starts)."""
+    if not isinstance(module, nn.Module) or not isinstance(module, TrainingModule):
+        raise RegistryError(
+            f"objective {name}'s build returned {type(module).__name__}, not a torch.nn.Module with forward(batch, n, "
+            "*, train_encoder) and head_parameters() (viewmill.train.objectives.TrainingModule): fix the plugin"
+        )
+    if entry.cached_gradients and not isinstance(module, CachedBackward):
+        raise RegistryError(
+            f"objective {name}'s entry sets cached_gradients but its module {type(module).__name__} has no "
+            "cached_backward(batch, n, chunks, scale, layout) (viewmill.train.objectives.CachedBackward): add it, "
+            "or set cached_gradients=False"
+        )
+    return module
 
 
 def nt_xent(
@@ -115,7 +165,6 @@ class Contrastive(nn.Module):
         return self.pair_loss(self.embed(batch), layout or BatchLayout(n))
 
     forward = loss
-    gathers_negatives = True
 
     def cached_backward(
         self, batch: dict[str, torch.Tensor], n: int, chunks: int, scale: float = 1.0, layout: BatchLayout | None = None
@@ -172,15 +221,14 @@ class Objective:
     """A training objective's registry entry, everything viewmill knows of it; plugins add theirs
     in the entry-point group `viewmill.objectives` and have every power a built-in has.
 
-    `build(config, sentence_model)` returns the training module (with `loss(batch, n,
-    train_encoder=...)` and `head_parameters()`) and the sentence-transformers modules to export,
+    `build(config, sentence_model)` returns the training module (a `TrainingModule`; with
+    `cached_gradients` a `CachedBackward`) and the sentence-transformers modules to export,
     sharing its weights. An entry with `negatives` or `needs_source` gets those rows after views a
-    and b, and its module's loss takes them as a keyword, `layout=` (a
-    `viewmill.train.layout.BatchLayout`); other entries get the plain [a..., b...] batch and no
-    layout. `options` is a pydantic model (extra="forbid") of its own settings, read from
-    `train.options` and handed to `build` and the hooks as `config.objective_options`."""
+    and b and its module's loss `layout=`; other entries get the plain [a..., b...] batch.
+    `options` is a pydantic model (extra="forbid") of its own settings, read from `train.options`
+    and handed to `build` and the hooks as `config.objective_options`."""
 
-    build: Callable[[Any, Any], tuple[nn.Module, list[nn.Module]]]
+    build: Callable[[Any, Any], tuple[TrainingModule, list[nn.Module]]]
     head: bool = True  # a head that warms up before the encoder trains
     temperature: float | None = None  # default temperature, where the loss has one
     accumulation: bool = False  # grad_accumulation > 1 keeps the loss unchanged
@@ -193,7 +241,9 @@ class Objective:
     # the optimiser over the parameter groups (encoder; head, each with its lr)
     optimizer: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = torch.optim.Adam
     safe_head_lr: float | None = None  # preset safe's head_lr where the recipe sets none (else TrainConfig's)
-    cached_gradients: bool = False  # accumulates through re-embedding (GradCache), without fp16 loss scaling
+    # its module's loss is over in-batch negatives (every rank's under torchrun): accumulation
+    # re-embeds through `cached_backward` (GradCache), without fp16 loss scaling
+    cached_gradients: bool = False
     on_export: Callable[[Path], None] | None = None  # adds files to the export folder (before its hashes)
     title: str = ""  # the model card's name for it (a plugin without one: its name and description)
     citation: str = ""  # BibTeX of the paper it follows, for the model card

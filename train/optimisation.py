@@ -11,12 +11,12 @@ from torch import nn
 from viewmill.train import distributed
 from viewmill.train.config import TrainConfig
 from viewmill.train.layout import BatchLayout
-from viewmill.train.objectives import OBJECTIVES
+from viewmill.train.objectives import OBJECTIVES, TrainingModule
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def make_optimizer(config: TrainConfig, objective: nn.Module) -> torch.optim.Optimizer:
+def make_optimizer(config: TrainConfig, objective: TrainingModule) -> torch.optim.Optimizer:
     """The objective entry's optimiser over two parameter groups: the encoder at `encoder_lr`
     and, where the module has one, its head at `head_lr`."""
     head = objective.head_parameters()
@@ -40,10 +40,12 @@ def train_step(
     after_step: Callable[[], None] | None = None,
     accumulation: int = 1,
     layout: BatchLayout | None = None,
+    cached_gradients: bool = False,
 ) -> float:
     """One optimiser step and, when the encoder trained and the step was taken, `after_step`
     (BSL's EMA update). `layout`: the batch's rows beyond views a and b (hard negatives,
-    sources), passed on to the loss; None for a plain [a..., b...] batch.
+    sources), passed on to the loss; None for a plain [a..., b...] batch. `cached_gradients`:
+    the objective entry's (its module's loss is over in-batch negatives: a `CachedBackward`).
 
     With fp16 loss scaling an overflowing step is skipped by the scaler; BSL's target must
     then stay where it is, or it would drift towards weights that did not change.
@@ -51,7 +53,7 @@ def train_step(
     dtype = AUTOCAST_DTYPES[precision]
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
-        loss = _backward(objective, batch, n, accumulation, train_encoder, scaler, layout)
+        loss = _backward(objective, batch, n, accumulation, train_encoder, scaler, layout, cached_gradients)
     if scaler is None:
         optimizer.step()
         stepped = True
@@ -67,13 +69,12 @@ def train_step(
 
 def _backward(
     objective: nn.Module, batch: dict[str, torch.Tensor], n: int, accumulation: int, train_encoder: bool, scaler,
-    layout: BatchLayout | None,
+    layout: BatchLayout | None, gathers: bool,
 ) -> torch.Tensor:  # fmt: skip
     """The batch's loss with its gradients accumulated: cached (in-batch negatives), in
     plain pieces, or in one pass."""
     extra = {"layout": layout} if layout is not None else {}  # only objectives that read one get one
     inner = getattr(objective, "module", objective)  # under DistributedDataParallel
-    gathers = getattr(inner, "gathers_negatives", False)
     world = distributed.world_size()
     # A loss over the global batch whose gradient flows only through this rank's rows is
     # scaled by the world size, so that DDP's average is the single-process gradient.

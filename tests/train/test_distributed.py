@@ -36,7 +36,7 @@ def _rank_gradients(rank, world, init_file, kind, out, pieces=1):
     a_rows = list(range(rank * share, (rank + 1) * share))
     local = _rows(batch, a_rows + [n + i for i in a_rows])  # this rank's pairs, views a then b
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    loss = train_step(ddp, optimizer, local, share, train_encoder=True, accumulation=pieces)
+    loss = train_step(ddp, optimizer, local, share, train_encoder=True, accumulation=pieces, cached_gradients=True)
     if rank == 0:
         torch.save({"loss": loss, "grads": [p.grad for p in model.parameters()]}, out)
     dist.destroy_process_group()
@@ -50,7 +50,7 @@ def test_two_ranks_with_gathered_negatives_give_the_single_process_gradient(tmp_
 
     model = _contrastive(kind)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    loss = train_step(model, optimizer, _batch(n=8, length=6), 8, train_encoder=True)
+    loss = train_step(model, optimizer, _batch(n=8, length=6), 8, train_encoder=True, cached_gradients=True)
     assert distributed["loss"] == pytest.approx(loss, rel=1e-5), "every rank computes the global batch's loss"
     for got, want in zip(distributed["grads"], [p.grad for p in model.parameters()], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

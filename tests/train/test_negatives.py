@@ -106,7 +106,7 @@ def test_cached_gradient_accumulation_with_negatives_equals_the_whole_batch(kind
         model = Contrastive(TinyEncoder(), loss=kind, temperature=0.1, hard_negative_weight=0.5).double().eval()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
         loss = train_step(model, optimizer, _triplet_batch(n, k, length=6), n, train_encoder=True,
-                          accumulation=pieces, layout=BatchLayout(n, k))  # fmt: skip
+                          accumulation=pieces, layout=BatchLayout(n, k), cached_gradients=True)  # fmt: skip
         grads.append((loss, [p.grad.clone() for p in model.parameters()]))
     assert grads[0][0] == pytest.approx(grads[1][0], rel=1e-9)
     for whole, cached in zip(grads[0][1], grads[1][1], strict=True):
@@ -129,7 +129,8 @@ def _rank_gradients(rank, world, init_file, kind, out, pieces):
     rows, local = BatchLayout(n, k).take(list(range(rank * share, (rank + 1) * share)))  # this rank's pairs
     batch = {key: value[rows] for key, value in _triplet_batch(n, k, length=6).items()}
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    loss = train_step(ddp, optimizer, batch, share, train_encoder=True, accumulation=pieces, layout=local)
+    loss = train_step(ddp, optimizer, batch, share, train_encoder=True, accumulation=pieces, layout=local,
+                      cached_gradients=True)
     if rank == 0:
         torch.save({"loss": loss, "grads": [p.grad for p in model.parameters()]}, out)
     dist.destroy_process_group()
@@ -144,7 +145,8 @@ def test_two_ranks_gather_negatives_like_b_and_give_the_single_process_gradient(
     distributed = torch.load(out, weights_only=False)
     model = _negatives_model(kind)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    loss = train_step(model, optimizer, _triplet_batch(8, 2, length=6), 8, train_encoder=True, layout=BatchLayout(8, 2))
+    loss = train_step(model, optimizer, _triplet_batch(8, 2, length=6), 8, train_encoder=True, layout=BatchLayout(8, 2),
+                      cached_gradients=True)
     assert distributed["loss"] == pytest.approx(loss, rel=1e-5), "every rank computes the global batch's loss"
     for got, want in zip(distributed["grads"], [p.grad for p in model.parameters()], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

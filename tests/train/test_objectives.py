@@ -155,7 +155,8 @@ def test_cached_gradient_accumulation_equals_the_whole_batch(kind):
         model = Contrastive(TinyEncoder(), loss=kind, temperature=0.1).double()
         model.eval()  # same function in both runs (no dropout)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-        loss = train_step(model, optimizer, _batch(n=8, length=6), 8, train_encoder=True, accumulation=pieces)
+        loss = train_step(model, optimizer, _batch(n=8, length=6), 8, train_encoder=True, accumulation=pieces,
+                          cached_gradients=True)
         grads.append((loss, [p.grad.clone() for p in model.parameters()]))
     assert grads[0][0] == pytest.approx(grads[1][0], rel=1e-6)
     for whole, cached in zip(grads[0][1], grads[1][1], strict=True):
