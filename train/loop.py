@@ -167,7 +167,8 @@ def _steps(run: _Run, source: PairTexts, plan: list[list[int]], dev: DevScore | 
         state.losses.append(
             train_step(run.model, run.optimizer, batch, len(index), train_encoder=step > config.head_warmup_steps,
                        precision=config.precision, scaler=run.scaler, after_step=run.after_step,
-                       accumulation=config.grad_accumulation, layout=source.layout(len(index)))
+                       accumulation=config.grad_accumulation, layout=source.layout(len(index)),
+                       cached_gradients=OBJECTIVES.get(config.objective).cached_gradients)
         )  # fmt: skip
         if not math.isfinite(state.losses[-1]):
             raise _diverged(run, f"loss became {state.losses[-1]} at step {step}")
