@@ -4,9 +4,6 @@ accepts them, a run uses them, and clashes or unknown names are refused with the
 plugin has the powers viewmill's own entries have: an augmenter opts out of the quality
 filters and asks for NLI pairs, a corpus format says it yields them."""
 
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 from viewmill.augment.augmenters import AUGMENTERS, augmenter_class
@@ -24,10 +21,12 @@ from viewmill.train.config import TrainConfig
 from viewmill.train.objectives import OBJECTIVES
 
 from tests.conftest import SENTENCES
+from tests.plugins import forget_plugin, install_plugin
 
 PLUGIN = '''
 from typing import ClassVar, Literal
 
+import torch
 from viewmill.augment.augmenters import AugmenterConfig, ProducedView, Provenance
 from viewmill.augment.engines import Engine
 from viewmill.augment.readers import RawLine, Reader
@@ -121,7 +120,15 @@ def read_pipe_pairs(path, options):
 PIPE_PAIRS = Reader(read_pipe_pairs, yields_nli_pairs=True)
 
 
-ECHO = Objective(build=lambda config, model: ("built", [config.objective]), head=False, temperature=0.2)
+class Echo(torch.nn.Module):
+    def forward(self, batch, n, *, train_encoder=True):
+        return torch.zeros(())
+
+    def head_parameters(self):
+        return []
+
+
+ECHO = Objective(build=lambda config, model: (Echo(), [config.objective]), head=False, temperature=0.2)
 '''
 
 ENTRY_POINTS = """
@@ -141,26 +148,19 @@ echo = viewmill_test_plugin:ECHO
 """
 
 
-def install_plugin(root, monkeypatch, entry_points: str = ENTRY_POINTS, name: str = "viewmill_test_plugin"):
-    """A distribution as pip leaves it: a module and its dist-info (METADATA, entry_points.txt)."""
-    (root / f"{name}.py").write_text(PLUGIN, encoding="utf-8")
-    info = root / f"{name}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points), encoding="utf-8")
-    monkeypatch.syspath_prepend(str(root))  # removed again after the test
+def install_test_plugin(site, monkeypatch, entry_points: str = ENTRY_POINTS):
+    install_plugin(site, monkeypatch, "viewmill_test_plugin", PLUGIN, entry_points)
 
 
 @pytest.fixture(autouse=True)
 def _forget_plugin_module():
     yield
-    sys.modules.pop("viewmill_test_plugin", None)
+    forget_plugin("viewmill_test_plugin")
 
 
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
-    (tmp_path / "site").mkdir()
-    install_plugin(tmp_path / "site", monkeypatch)
+    install_test_plugin(tmp_path / "site", monkeypatch)
     return tmp_path
 
 
@@ -169,9 +169,8 @@ def test_builtin_names_come_first_and_plugins_only_while_installed(tmp_path, mon
     assert AUGMENTERS.names() == ["backtranslation", "forward", "identity", "synonym", "mlm", "entailment"]
     assert OBJECTIVES.names() == ["bsl", "ntxent", "infonce", "sgopt", "isbert", "distill", "infonce-distill"]
     assert READERS.names() == ["text", "book", "senteval", "nli-jsonl", "csv", "parquet", "hf"]
-    (tmp_path / "site").mkdir()
     with monkeypatch.context() as patch:
-        install_plugin(tmp_path / "site", patch)
+        install_test_plugin(tmp_path / "site", patch)
         assert ENGINES.names()[-1] == "mirror" and AUGMENTERS.names()[-1] == "shout"
         assert OBJECTIVES.names()[-1] == "echo" and READERS.names()[-1] == "pipes"
     assert "shout" not in AUGMENTERS.names(), "gone with the distribution"
@@ -216,7 +215,8 @@ def test_a_plugin_objective_is_built_by_its_entry(plugin, monkeypatch):
     from viewmill.train.assembly import build_objective
 
     config = TrainConfig(objective="echo", steps=2, head_warmup_steps=0)
-    assert build_objective(config, sentence_model=None) == ("built", ["echo"])
+    module, exported = build_objective(config, sentence_model=None)
+    assert type(module).__name__ == "Echo" and exported == ["echo"]
 
 
 def test_unknown_names_list_what_is_registered(plugin):
@@ -239,15 +239,14 @@ def test_unknown_names_list_what_is_registered(plugin):
 
 
 def test_a_plugin_that_takes_a_builtin_name_is_refused(tmp_path, monkeypatch):
-    (tmp_path / "site").mkdir()
-    install_plugin(tmp_path / "site", monkeypatch, "[viewmill.augmenters]\nidentity = viewmill_test_plugin:Shout\n")
+    entry_points = "[viewmill.augmenters]\nidentity = viewmill_test_plugin:Shout\n"
+    install_test_plugin(tmp_path / "site", monkeypatch, entry_points)
     with pytest.raises(RegistryError, match="a plugin registers augmenter method 'identity'.*rename it"):
         AUGMENTERS.names()
 
 
 def test_a_plugin_entry_of_the_wrong_kind_is_refused(tmp_path, monkeypatch):
-    (tmp_path / "site").mkdir()
-    install_plugin(tmp_path / "site", monkeypatch, "[viewmill.engines]\nbroken = viewmill_test_plugin:Shout\n")
+    install_test_plugin(tmp_path / "site", monkeypatch, "[viewmill.engines]\nbroken = viewmill_test_plugin:Shout\n")
     with pytest.raises(EngineError, match="engine 'broken'.*must be a viewmill.augment.engines.Engine"):
         make_engine("broken", "en", "es")
 

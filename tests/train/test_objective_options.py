@@ -5,7 +5,6 @@ options, its optimiser, its after-step hook and its export hook."""
 import json
 import logging
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from viewmill.train.objectives import OBJECTIVES
 from viewmill.train.optimisation import make_optimizer
 
 from tests.conftest import REPO, SENTENCES
+from tests.plugins import forget_plugin, install_plugin
 
 
 def test_every_options_field_has_its_default_so_spelling_a_default_is_the_same_config():
@@ -163,17 +163,11 @@ LAX = Objective(build=build, head=False, options=LaxOptions)
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """A distribution as pip leaves it, registering objectives `scaled` and `lax` by entry point."""
-    site = tmp_path / "site"
-    info = site / "viewmill_scaled_plugin-0.1.dist-info"
-    info.mkdir(parents=True)
-    (site / "viewmill_scaled_plugin.py").write_text(PLUGIN, encoding="utf-8")
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: viewmill_scaled_plugin\nVersion: 0.1\n")
     entry = "[viewmill.objectives]\nscaled = viewmill_scaled_plugin:SCALED\nlax = viewmill_scaled_plugin:LAX\n"
-    (info / "entry_points.txt").write_text(textwrap.dedent(entry), encoding="utf-8")
     with monkeypatch.context() as patch:
-        patch.syspath_prepend(str(site))
+        install_plugin(tmp_path / "site", patch, "viewmill_scaled_plugin", PLUGIN, entry)
         yield
-    sys.modules.pop("viewmill_scaled_plugin", None)
+    forget_plugin("viewmill_scaled_plugin")
 
 
 def test_a_plugin_objectives_options_are_validated(plugin):

@@ -3,8 +3,6 @@ objective's model card."""
 
 import json
 import shutil
-import sys
-import textwrap
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +14,7 @@ from viewmill.train.export import MANIFEST
 from viewmill.train.loop import train_model, training_code_fingerprint
 
 from tests.conftest import SENTENCES
+from tests.plugins import forget_plugin, install_plugin
 
 
 def test_a_change_to_any_train_module_changes_the_training_code_fingerprint(tmp_path):
@@ -66,17 +65,11 @@ PLAIN = Objective(build=build, head=False, description="in-batch negatives, the 
 @pytest.fixture
 def plugin_objective(tmp_path, monkeypatch):
     """A distribution as pip leaves it, registering objective `plain` by entry point."""
-    site = tmp_path / "site"
-    info = site / "viewmill_card_plugin-0.1.dist-info"
-    info.mkdir(parents=True)
-    (site / "viewmill_card_plugin.py").write_text(PLUGIN, encoding="utf-8")
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: viewmill_card_plugin\nVersion: 0.1\n")
     entry = "[viewmill.objectives]\nplain = viewmill_card_plugin:PLAIN\n"
-    (info / "entry_points.txt").write_text(textwrap.dedent(entry), encoding="utf-8")
     with monkeypatch.context() as patch:
-        patch.syspath_prepend(str(site))
+        install_plugin(tmp_path / "site", patch, "viewmill_card_plugin", PLUGIN, entry)
         yield
-    sys.modules.pop("viewmill_card_plugin", None)
+    forget_plugin("viewmill_card_plugin")
 
 
 def test_a_plugin_objective_exports_with_its_description_on_the_card(tmp_path, tiny_model, plugin_objective):
