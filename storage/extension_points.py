@@ -67,9 +67,13 @@ class Registry(Generic[T]):
             )
         return plugins
 
+    def builtin_names(self) -> list[str]:
+        """viewmill's own names in their order (no plugin is looked for)."""
+        return list(self._refs)
+
     def names(self) -> list[str]:
         """viewmill's own names in their order, then plugins' names sorted."""
-        return list(self._refs) + sorted(self._entry_points())
+        return self.builtin_names() + sorted(self._entry_points())
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.names()

@@ -125,6 +125,17 @@ def build(config: TrainConfig, sentence_model) -> tuple[nn.Module, list[nn.Modul
     return model, exported_modules(sentence_model)
 
 
+CITATION = """@inproceedings{zhang-etal-2021-bootstrapped,
+    title = "Bootstrapped Unsupervised Sentence Representation Learning",
+    author = "Zhang, Yan and He, Ruidan and Liu, Zuozhu and Bing, Lidong and Li, Haizhou",
+    booktitle = "Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics and the
+        11th International Joint Conference on Natural Language Processing (Volume 1: Long Papers)",
+    year = "2021",
+    publisher = "Association for Computational Linguistics",
+    pages = "5168--5180",
+    url = "https://aclanthology.org/2021.acl-long.402",
+}"""
+
 BSL_OBJECTIVE = Objective(
     build=build,
     head=True,
@@ -133,4 +144,5 @@ BSL_OBJECTIVE = Objective(
     options=BSLOptions,
     description="BYOL-style bootstrapping (predictor + EMA)",
     title="BSL (bootstrapped sentence representation learning)",
+    citation=CITATION,
 )

@@ -55,7 +55,7 @@ class TrainConfig(Spec):
         "setting (one lr for encoder and head, default 5e-4, no warm-up, the last step exported)",
     )
     objective: str = Field(
-        "bsl", description="a registered objective: bsl, ntxent, infonce, sgopt, isbert, distill, plugins"
+        "bsl", description=f"a registered objective: {', '.join(OBJECTIVES.builtin_names())} or a plugin's"
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
@@ -74,7 +74,7 @@ class TrainConfig(Spec):
         ge=0,
         le=MAX_STEPS,
         validation_alias=AliasChoices("head_warmup_steps", "predictor_warmup_steps"),
-        description="steps that train only the head (default 40; 0 for ntxent and infonce, which have none)",
+        description="steps that train only the head (default 40; 0 for objectives without a head)",
     )
     grad_accumulation: int = Field(
         1,
@@ -84,12 +84,12 @@ class TrainConfig(Spec):
     )
     # contrastive and SG-OPT
     temperature: float | None = Field(
-        None, ge=1e-4, le=100, description="default 0.05 (ntxent, infonce), 0.01 (sgopt); logits are divided by it"
+        None, ge=1e-4, le=100, description="default: the objective's (0.05 ntxent, 0.01 sgopt); logits divided by it"
     )
     hard_negative_weight: float = Field(
         0.0,
         description="SimCSE's weight added to each anchor's logits (after the temperature) of its own hard "
-        "negatives; ntxent and infonce on pairs with negatives",
+        "negatives; objectives that train on hard negatives, on pairs with them",
     )
     # checkpoints and model selection
     checkpoint_every: int = Field(50, ge=0, le=MAX_STEPS, description="steps between resumable checkpoints (0: none)")

@@ -106,6 +106,16 @@ def carry_modeling_file(folder: Path) -> None:
     modules_path.write_text(json.dumps(modules, indent=2), encoding="utf-8")
 
 
+CITATION = """@inproceedings{zhang-etal-2020-unsupervised,
+    title = "An Unsupervised Sentence Embedding Method by Mutual Information Maximization",
+    author = "Zhang, Yan and He, Ruidan and Liu, Zuozhu and Lim, Kwan Hui and Bing, Lidong",
+    booktitle = "Proceedings of the 2020 Conference on Empirical Methods in Natural Language Processing (EMNLP)",
+    year = "2020",
+    publisher = "Association for Computational Linguistics",
+    pages = "1601--1610",
+    url = "https://aclanthology.org/2020.emnlp-main.124",
+}"""
+
 ISBERT_OBJECTIVE = Objective(
     build=build,
     head=True,
@@ -113,6 +123,7 @@ ISBERT_OBJECTIVE = Objective(
     on_export=carry_modeling_file,
     description="mutual information with the sentence's n-grams",
     title="IS-BERT (mutual information with n-gram features)",
+    citation=CITATION,
     remote_code=f"The IS-BERT CNN is this directory's own code (`{MODELING_FILE}`, module `{CNN_REF}`): loading "
     "needs `trust_remote_code=True` and sentence-transformers, not viewmill.",
 )

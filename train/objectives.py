@@ -272,13 +272,41 @@ def _contrastive(kind: str) -> Callable[[Any, Any], tuple[nn.Module, list[nn.Mod
     return build
 
 
+SIMCLR_CITATION = """@inproceedings{chen2020simple,
+    title = {A Simple Framework for Contrastive Learning of Visual Representations},
+    author = {Chen, Ting and Kornblith, Simon and Norouzi, Mohammad and Hinton, Geoffrey},
+    booktitle = {Proceedings of the 37th International Conference on Machine Learning},
+    year = {2020},
+    url = {https://arxiv.org/abs/2002.05709},
+}"""
+# sentence-transformers' MultipleNegativesRankingLoss cites Henderson et al.; the loss is van den Oord et al.'s InfoNCE.
+INFONCE_CITATION = """@misc{henderson2017efficient,
+    title = {Efficient Natural Language Response Suggestion for Smart Reply},
+    author = {Henderson, Matthew and Al-Rfou, Rami and Strope, Brian and Sung, Yun-hsuan and Lukacs, Laszlo and
+        Guo, Ruiqi and Kumar, Sanjiv and Miklos, Balint and Kurzweil, Ray},
+    year = {2017},
+    eprint = {1705.00652},
+    archivePrefix = {arXiv},
+    primaryClass = {cs.CL},
+}
+@misc{oord2018representation,
+    title = {Representation Learning with Contrastive Predictive Coding},
+    author = {van den Oord, Aaron and Li, Yazhe and Vinyals, Oriol},
+    year = {2018},
+    eprint = {1807.03748},
+    archivePrefix = {arXiv},
+    primaryClass = {cs.LG},
+}"""
+
 NTXENT = Objective(
     build=_contrastive("ntxent"), head=False, temperature=0.05, accumulation=True, negatives=True,
     cached_gradients=True, description="NT-Xent over 2n views", title="NT-Xent contrastive",
+    citation=SIMCLR_CITATION,
 )  # fmt: skip
 INFONCE = Objective(
     build=_contrastive("infonce"), head=False, temperature=0.05, accumulation=True, negatives=True,
     cached_gradients=True, description="in-batch InfoNCE (MNRL)", title="InfoNCE (in-batch negatives)",
+    citation=INFONCE_CITATION,
 )  # fmt: skip
 
 OBJECTIVES: Registry[Objective] = Registry(

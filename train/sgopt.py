@@ -119,6 +119,17 @@ def build(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     return model, exported_modules(sentence_model, pooling="cls")
 
 
+CITATION = """@inproceedings{kim-etal-2021-self,
+    title = "Self-Guided Contrastive Learning for {BERT} Sentence Representations",
+    author = "Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo",
+    booktitle = "Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics and the
+        11th International Joint Conference on Natural Language Processing (Volume 1: Long Papers)",
+    year = "2021",
+    publisher = "Association for Computational Linguistics",
+    pages = "2528--2540",
+    url = "https://aclanthology.org/2021.acl-long.197",
+}"""
+
 SGOPT_OBJECTIVE = Objective(
     build=build,
     head=True,
@@ -130,4 +141,5 @@ SGOPT_OBJECTIVE = Objective(
     safe_head_lr=SGOPT_HEAD_LR,
     description="self-guided contrastive (frozen BERT_F)",
     title="SG-OPT (self-guided contrastive)",
+    citation=CITATION,
 )
