@@ -135,6 +135,36 @@ class Catalog:
         return self.kind == "postgres" or Path(self.target).exists()
 
 
+# What libpq, psycopg and DuckDB's postgres extension say when the server went away mid-session.
+_CONNECTION_LOST = ("server closed the connection", "connection refused", "could not connect", "consuming input failed",
+                    "terminating connection", "no connection to the server", "connection is closed",
+                    "connection to server", "ssl syscall error")  # fmt: skip
+
+
+def lost_connection(catalog: Catalog, exc: BaseException) -> LakeError | None:
+    """A LakeError naming a PostgreSQL catalog (without its password) whose server went away
+    during a run, or that refused a write to a role that may only read; None when `exc` is
+    something else."""
+    text = str(exc).strip()
+    if isinstance(exc, LakeError) or catalog.kind != "postgres":  # a LakeError already says what happened
+        return None
+    denied = re.search(r"permission denied for [^\n:\"]*", text)
+    if denied:
+        role = re.search(r"\buser=(\S+)", catalog.target)
+        return LakeError(
+            f"the lake's PostgreSQL catalog {catalog.uri} refused a write ({denied.group(0).strip()}): the role "
+            f"{role.group(1) if role else '(default)'} may only read, so nothing was written; run writing commands "
+            "with a role that owns the catalog's tables (a role with SELECT only can run `viewmill sql`)"
+        )
+    if not any(sign in text.lower() for sign in _CONNECTION_LOST):
+        return None
+    return LakeError(
+        f"lost the connection to the lake's PostgreSQL catalog {catalog.uri} ({redact(text.splitlines()[0])[:300]}): "
+        "what was not committed was rolled back and the lake keeps its last commit; check that the server is up "
+        "(pg_isready) and run again: the rerun makes only what is missing"
+    )
+
+
 _PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)|(://[^:/@\s]*:)[^@\s]*@", re.IGNORECASE)
 
 

@@ -26,6 +26,7 @@ from viewmill.storage.catalog import (
     check_not_orphaned,
     data_files,
     extension_path,
+    lost_connection,
     recorded_data_path,
     redact,
     refuse_orphaned_data,
@@ -349,6 +350,9 @@ class Lake:
                 f"no space left on device while writing the lake at {where}: the write was rolled back and the "
                 "lake keeps its last commit; free space there (df -h) or move the state directory to a larger disk"
             ) from None
+        lost = lost_connection(self.catalog, exc)  # and a PostgreSQL catalog whose server went away
+        if lost is not None:
+            raise lost from None
 
     # -- writes --------------------------------------------------------------------
     def append(self, table: str, rows: pa.Table | pa.RecordBatchReader, unique_on: Sequence[str] = ()) -> int:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import filelock
-from viewmill.storage.catalog import Catalog
+from viewmill.storage.catalog import Catalog, LakeError, lost_connection, redact
 
 from viewmill.extras import require
 
@@ -32,16 +32,14 @@ class WriterLock:
         """Take the lock, waiting for the writer that holds it; `on_wait` is called once first
         when another holds it (to say what this process waits for)."""
         if self.catalog.kind == "postgres":
-            if self._pg is None or self._pg.closed:
-                psycopg = require("psycopg", "a PostgreSQL catalog's writer lock")
-                password = self.catalog.password.get_secret_value() if self.catalog.password else None
-                extra = {"password": password} if password else {}
-                self._pg = psycopg.connect(self.catalog.target, autocommit=True, **extra)
-            got = self._pg.execute(f"SELECT pg_try_advisory_lock({self.KEY})").fetchone()
-            if not (got and got[0]):
-                if on_wait is not None:
-                    on_wait()
-                self._pg.execute(f"SELECT pg_advisory_lock({self.KEY})")
+            psycopg = require("psycopg", "a PostgreSQL catalog's writer lock")
+            try:
+                self._advisory_lock(psycopg, on_wait)
+            except psycopg.Error as exc:
+                raise lost_connection(self.catalog, exc) or LakeError(
+                    f"cannot take the writer lock in the lake's PostgreSQL catalog {self.catalog.uri}: "
+                    f"{redact(str(exc))}"
+                ) from None
         else:
             if self._file is None:
                 self.root.mkdir(parents=True, exist_ok=True)
@@ -57,9 +55,24 @@ class WriterLock:
                 on_wait()
                 self._file.acquire()
 
+    def _advisory_lock(self, psycopg, on_wait: Callable[[], None] | None) -> None:
+        if self._pg is None or self._pg.closed:
+            password = self.catalog.password.get_secret_value() if self.catalog.password else None
+            extra = {"password": password} if password else {}
+            self._pg = psycopg.connect(self.catalog.target, autocommit=True, **extra)
+        got = self._pg.execute(f"SELECT pg_try_advisory_lock({self.KEY})").fetchone()
+        if not (got and got[0]):
+            if on_wait is not None:
+                on_wait()
+            self._pg.execute(f"SELECT pg_advisory_lock({self.KEY})")
+
     def release(self) -> None:
         if self._pg is not None and not self._pg.closed:
-            self._pg.execute(f"SELECT pg_advisory_unlock({self.KEY})")
+            try:
+                self._pg.execute(f"SELECT pg_advisory_unlock({self.KEY})")
+            except Exception:  # the session is gone, and the lock with it: the run's own error is the one to see
+                self._pg.close()
+                self._pg = None
         if self._file is not None and self._file.is_locked:
             self._file.release()
 

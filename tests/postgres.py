@@ -8,8 +8,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass
+class Cluster:
+    """A throw-away server: its connection string (no password), and ways to stop, start and query it."""
+
+    dsn: str
+    run: Callable[..., None]
+    bindir: Path
+    data: Path
+    options: str
+    workdir: Path
+
+    def stop(self) -> None:
+        self.run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+
+    def start(self) -> None:
+        self.run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", self.options, "-l",
+                 str(self.workdir / "log"), "-w", "start")  # fmt: skip
+
+    def psql(self, sql: str, database: str) -> None:
+        """Run `sql` as the superuser over the local socket (no password)."""
+        port = self.options.split(" -p ")[1].split()[0]
+        self.run(str(self.bindir / "psql"), "-h", str(self.workdir), "-p", port, "-U", "viewmill", "-d", database,
+                 "-v", "ON_ERROR_STOP=1", "-c", sql)  # fmt: skip
+
+
 @contextmanager
 def postgres_server(database: str = "viewmill", password: str | None = None) -> Iterator[str]:
     """Start a throw-away server; yields a libpq connection string for `database`.
@@ -38,6 +64,13 @@ def postgres_server(database: str = "viewmill", password: str | None = None) -> 
     With `password`, TCP logins need it (scram-sha-256) and the string leaves it out.
     PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user.
     """
+    with postgres_cluster(database, password) as cluster:
+        yield cluster.dsn
+
+
+@contextmanager
+def postgres_cluster(database: str = "viewmill", password: str | None = None) -> Iterator[Cluster]:
+    """`postgres_server`, yielding the server itself (to stop and start it, or add roles)."""
     bindir = postgres_bin()
     assert bindir is not None
     as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -60,7 +93,9 @@ def postgres_server(database: str = "viewmill", password: str | None = None) -> 
     run(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(workdir / "log"), "-w", "start")
     try:
         run(str(bindir / "createdb"), "-h", str(workdir), "-p", str(port), "-U", "viewmill", database)
-        yield f"dbname={database} host=127.0.0.1 port={port} user=viewmill"
+        yield Cluster(
+            f"dbname={database} host=127.0.0.1 port={port} user=viewmill", run, bindir, data, options, workdir
+        )
     finally:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, cwd=workdir)  # fmt: skip
