@@ -219,26 +219,3 @@ def summarise(lake: Lake, corpus: str, shards: list[ShardReport]) -> AugmentRepo
     report.rejected = sum(reasons.values())
     report.reasons = reasons
     return report
-
-
-def make_views(
-    lake: Lake,
-    corpus: str,
-    spec: AugmenterSpec,
-    filters: FilterSpec,
-    *,
-    run_id: str,
-    chunk_size: int = 512,
-    shards: int = 1,
-    on_progress: Callable[[int, int], None] | None = None,
-    judge: MeaningJudge | None = None,
-) -> AugmentReport:
-    """Every shard of one augmenter in this process, then the augmenter's report."""
-    reports = [
-        make_shard_views(
-            lake, corpus, spec, filters, run_id=run_id, shard=Shard(i, shards), chunk_size=chunk_size,
-            on_progress=on_progress, judge=judge,
-        )
-        for i in range(shards)
-    ]  # fmt: skip
-    return summarise(lake, corpus, reports)

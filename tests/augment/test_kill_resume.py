@@ -9,13 +9,13 @@ import textwrap
 import pyarrow as pa
 from viewmill.augment.augmenters import BackTranslation
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.views import make_views
 from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import SENTENCES
 
 from tests.conftest import REPO, needs_apertium
 from tests.conftest import SENTENCES as TEXTS
+from tests.views import make_views
 
 pytestmark = needs_apertium
 
@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(
     from viewmill.augment.apertium import ApertiumEngine
     from viewmill.augment.quality import FilterSpec
     from viewmill.augment.augmenters import BackTranslation
-    from viewmill.augment.views import make_views
+    from tests.views import make_views
     from viewmill.storage.lake import Lake
 
     class SlowApertium(ApertiumEngine):

@@ -13,11 +13,13 @@ from viewmill.augment.data_augmenters import Identity
 from viewmill.augment.meaning import Candidate, MeaningJudge, MeaningSpec, Reference, judge, normalised
 from viewmill.augment.meaning_report import CosineFilter, histogram, text_histogram
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.views import config_hash, make_views
+from viewmill.augment.views import config_hash
 from viewmill.augment.views_report import build_report, cosine_filter_sql, to_markdown
 from viewmill.storage.ids import canonical_json, fingerprint, sentence_id
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import RUNS, SENTENCES
+
+from tests.views import make_views
 
 S1, S2, S3, S4 = (
     "A man is playing a guitar on the street.",

@@ -7,13 +7,13 @@ from viewmill.augment.apertium import ApertiumEngine
 from viewmill.augment.augmenters import BackTranslation
 from viewmill.augment.engines import EngineError
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.views import make_views
 from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import SENTENCES
 
 from tests.conftest import SENTENCES as TEXTS
 from tests.conftest import needs_apertium
+from tests.views import make_views
 
 pytestmark = needs_apertium
 SPEC = BackTranslation(name="bt_es", path=["en", "es", "en"])
