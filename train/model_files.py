@@ -179,7 +179,7 @@ def _config_shapes(folder: Path) -> tuple[str, dict[str, tuple[int, ...]]] | Non
         config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
         with torch.device("meta"):
             model = AutoModel.from_config(config)
-    except (OSError, ValueError, KeyError, ImportError):  # unknown or custom architectures load their own way
+    except Exception:  # a config transformers cannot build here (custom code, an odd architecture): the loader's turn
         return None
     prefix = f"{model.base_model_prefix}." if getattr(model, "base_model_prefix", "") else ""
     return prefix, {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
