@@ -27,7 +27,7 @@ corpus: {{format: text, files: [corpus.txt], min_words: 3}}
 augmenters:
 {augmenters}
 filters: {{min_chrf: 0, min_length_ratio: 0, max_length_ratio: 100}}
-pair: {{view_a: same, view_b: {partner}}}
+pair: {{view_a: same, view_b: {partner}, keep_identical: true}}
 execution: {{shard_sentences: 8}}
 """
 IDENTITY = "  - {name: same, method: identity}\n  - {name: same2, method: identity}"

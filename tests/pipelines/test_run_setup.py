@@ -37,7 +37,7 @@ corpus: {{format: text, files: [{corpus}], min_words: 3{corpus_extra}}}
 augmenters:
   - {{name: same, method: identity}}
   - {{name: same2, method: identity}}
-pair: {{view_a: same, view_b: same2}}
+pair: {{view_a: same, view_b: same2, keep_identical: true}}
 execution: {{shard_sentences: 8}}
 """
 

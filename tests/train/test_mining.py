@@ -93,7 +93,11 @@ def test_random_sampling_draws_from_the_allowed_window_stably(case):
     for row, pool in zip(drawn, allowed, strict=True):
         assert len(row) == min(3, len(pool)) and {i for i, _ in row} <= {i for i, _ in pool}
         assert [s for _, s in row] == sorted((s for _, s in row), reverse=True), "closest first"
-    assert mine(*case, MinedNegatives(**controls, chunk_size=5), keys) == drawn, "chunking never changes a draw"
+    chunked = mine(*case, MinedNegatives(**controls, chunk_size=5), keys)
+    # The same negatives; their scores may differ in the last float bits (BLAS blocks each chunk's matmul its own way).
+    picked = [[i for i, _ in row] for row in chunked]
+    assert picked == [[i for i, _ in row] for row in drawn], "chunking never changes a draw"
+    assert [[s for _, s in row] for row in chunked] == [pytest.approx([s for _, s in row], abs=1e-6) for row in drawn]
     assert mine(*case, MinedNegatives(**controls, seed=1), keys) != drawn
     reordered = mine(*(t.flip(0) if t.shape[0] == N_ANCHORS else t for t in case[:3]),
                      _flipped(case[3]), MinedNegatives(**controls), keys[::-1])  # fmt: skip

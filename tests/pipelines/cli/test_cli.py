@@ -233,7 +233,7 @@ def test_a_run_that_fails_after_its_checks_exits_1_and_is_recorded(state_with_ru
     args = ["run", str(tiny_recipe), "--no-prefect", "--state-dir", str(state.root), "--set", "train.batch_size=64"]
     result = runner.invoke(app, args)
     assert result.exit_code == 1, result.output
-    assert "error: failed: the snapshot has 20 pairs, fewer than one batch of 64" in result.stderr
+    assert "error: failed: the snapshot has 18 pairs, fewer than one batch of 64" in result.stderr
     assert "Traceback" not in result.output
     with Lake(state.lake, read_only=True) as lake:
         last = lake.arrow("SELECT status, error FROM runs ORDER BY started_at DESC LIMIT 1").to_pylist()[0]
