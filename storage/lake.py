@@ -55,8 +55,8 @@ __all__ = [
 ]  # fmt: skip
 
 CATALOG_NAME = "lake"
-
 JSON_COLUMNS = [(name, field.name) for name, schema in TABLES.items() for field in schema if field.type == JSON]
+
 
 class Lake:
     """A DuckLake: Parquet data files (local or s3://) under a catalog (SQLite, DuckDB or PostgreSQL).
@@ -184,8 +184,8 @@ class Lake:
         for name, schema in TABLES.items():
             if name in existing:
                 self._add_missing_columns(name, schema)
-                continue
                 self._alter_to_json(name)
+                continue
             empty = pa.Table.from_pylist([], schema=schema)
             self.con.register("_empty", empty)
             self.con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty LIMIT 0")
@@ -207,7 +207,6 @@ class Lake:
         for field in missing:
             self.con.execute(f"ALTER TABLE {name} ADD COLUMN {field.name} {types[field.name]}")
 
-
     def _alter_to_json(self, name: str) -> None:
         """JSON columns an older lake holds as VARCHAR (runs.timings, runs.counts, models.train_config):
         DuckLake changes the type in the catalog only, and the old files' text reads as JSON."""
@@ -215,6 +214,7 @@ class Lake:
         for table, column in JSON_COLUMNS:
             if table == name and types[column] == "VARCHAR":
                 self.con.execute(f"ALTER TABLE {name} ALTER COLUMN {column} SET DATA TYPE JSON")
+
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:
         self.con.close()
