@@ -31,8 +31,9 @@ from viewmill.augment.replacement_augmenters import (
     replacement_view,
 )
 from viewmill.augment.translation_augmenters import BackTranslation, Forward, Translating, TranslationProducer
-from viewmill.storage.extension_points import Registry, RegistryError
 from viewmill.storage.lake import Lake
+
+from viewmill.registry import Registry, RegistryError
 
 # The augmenters' public names: those defined in `augmenter_base` and the family modules stay
 # importable from here.

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import ConfigDict, Field
-from viewmill.storage.extension_points import Registry, RegistryError
 from viewmill.storage.ids import canonical_json
 
+from viewmill.registry import Registry, RegistryError
 from viewmill.specs import Seed, Spec
 
 

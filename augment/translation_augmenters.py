@@ -17,8 +17,9 @@ from pydantic import Field, SerializerFunctionWrapHandler, field_validator, mode
 from viewmill.augment.augmenter_base import AugmenterConfig, ProduceContext, ProducedView, Producer, Provenance
 from viewmill.augment.cache import translate_cached
 from viewmill.augment.engines import ENGINES, DecodingSpec, TranslationEngine, make_engine
-from viewmill.storage.extension_points import RegistryError
 from viewmill.storage.lake import Lake
+
+from viewmill.registry import RegistryError
 
 
 class Translating(AugmenterConfig):

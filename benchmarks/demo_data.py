@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from viewmill.augment.ingest import ingest
+from viewmill.augment.ingest.corpus import ingest
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from viewmill.pipelines.recipe import Recipe
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.lake import Lake
-from viewmill.storage.settings import Settings
+from viewmill.storage.lake import Lake, open_lake
+
+from viewmill.settings import Settings
 
 
 def new_run_id() -> str:
@@ -44,4 +45,4 @@ class RunContext:
 
     def lake(self, *, read_only: bool = False) -> Lake:
         """The run's lake: read-only (no writer lock) for stages that only read."""
-        return self.settings.open_lake(self.state.lake, read_only=read_only)
+        return open_lake(self.settings, self.state.lake, read_only=read_only)

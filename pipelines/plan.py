@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from viewmill.augment.ingest.readers import READERS
 from viewmill.augment.models import release_models
-from viewmill.augment.readers import READERS
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.plan_measure import (
     AugmenterMeasure,
@@ -38,11 +38,12 @@ from viewmill.pipelines.stages.producers import release_producers
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.catalog import Catalog
 from viewmill.storage.lake import Lake
-from viewmill.storage.settings import Settings
 from viewmill.storage.snapshots import read_pairs
 from viewmill.train.evaluation.senteval import TransferTask, load_transfer
 from viewmill.train.evaluation.sts import load_task
 from viewmill.train.mining import MinedNegatives
+
+from viewmill.settings import Settings
 
 DEFAULT_SAMPLE = 300
 NO_GPU = "unmeasured (no GPU here)"

@@ -18,14 +18,14 @@ from pydantic import (
     model_validator,
 )
 from viewmill.augment.augmenters import AugmenterSpec
+from viewmill.augment.ingest.readers import READERS, ReadOptions, nli_formats
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.readers import READERS, ReadOptions, nli_formats
 from viewmill.pipelines.messages import validation_lines
 from viewmill.pipelines.overrides import OverrideError
 from viewmill.pipelines.overrides import apply_overrides as overrides_applied
 from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
 from viewmill.pipelines.sweep_spec import SweepSpec
-from viewmill.storage import datasets
+from viewmill.storage.datasets import fetching
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.storage.negatives import NLI_SOURCE, NliContradictions
 from viewmill.train.config import TrainConfig
@@ -320,8 +320,8 @@ def _resolve_path(path: Path, base: Path, field: str = "evaluate.tasks") -> Path
     """`data:<folder>/<file>` names a file of a fetched data set (viewmill data list); any
     other relative path is taken from the recipe's folder. A symbolic link that leads nowhere
     is refused, named as the recipe's `field`."""
-    if datasets.is_reference(path):
-        return datasets.resolve(path)
+    if fetching.is_reference(path):
+        return fetching.resolve(path)
     joined = base / path  # an absolute path stays itself
     if leads_nowhere(joined):
         what = "corpus file" if field == "corpus.files" else f"{field} path"
@@ -393,7 +393,7 @@ def recipe_from_mapping(raw: dict, path: Path | str, overrides: list[str] | None
     takes_names = not READERS[recipe.corpus.format].reads_files
     recipe.corpus.files = [
         f
-        if takes_names and not datasets.is_reference(f) and not os.path.lexists(base / f)
+        if takes_names and not fetching.is_reference(f) and not os.path.lexists(base / f)
         else _resolve_path(f, base, "corpus.files")
         for f in recipe.corpus.files
     ]  # a reader of names (hf: hub ids) gets a source that is no path beside the recipe as written

@@ -18,10 +18,12 @@ from viewmill.pipelines.run import run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.pipelines.sweep_spec import SweepConfig
 from viewmill.storage.ids import canonical_json
+from viewmill.storage.lake import open_lake
 from viewmill.storage.schema import SWEEPS
-from viewmill.storage.settings import Settings
 from viewmill.train.dev_scores import weighted_mean
 from viewmill.train.evaluation.suite import bar_chart
+
+from viewmill.settings import Settings
 
 START = "start"  # the untrained encoder's row
 
@@ -183,7 +185,7 @@ def _record(state: StatePaths, report: SweepReport, settings: Settings) -> None:
         }
         for r in report.results
     ]
-    with settings.open_lake(state.lake) as lake, lake.transaction():
+    with open_lake(settings, state.lake) as lake, lake.transaction():
         lake.append("sweeps", pa.Table.from_pylist(rows, schema=SWEEPS))
 
 

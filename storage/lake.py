@@ -48,6 +48,8 @@ from viewmill.storage.writer_lock import WriterLock
 if TYPE_CHECKING:
     import polars as pl
 
+    from viewmill.settings import Settings
+
 # The lake's public names; those defined in `catalog` and `writer_lock` stay importable from here.
 __all__ = [
     "CATALOG_ENV", "CATALOG_NAME", "DATA_PATH_ENV", "Catalog", "Lake", "LakeError", "WriterLock",
@@ -447,3 +449,8 @@ def _conformed(
     except BaseException as exc:
         error.append(exc)
         raise
+
+
+def open_lake(settings: Settings, root: Path | str, *, read_only: bool = False) -> Lake:
+    """The lake at `root` under `settings`' catalog and data path."""
+    return Lake(root, read_only=read_only, catalog=settings.catalog_spec(), data_path=settings.data_path)

@@ -237,7 +237,7 @@ SWEEPS = pa.schema(
 )
 
 # Sentences ingest refused (control characters, invalid Unicode, over-long tokens or text),
-# kept with their reason; `text` is escaped and cut short (augment/sanitise.py).
+# kept with their reason; `text` is escaped and cut short (augment/ingest/sanitise.py).
 REJECTED_SENTENCES = pa.schema(
     [
         ("corpus", pa.string()),

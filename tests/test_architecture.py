@@ -1,4 +1,5 @@
-"""The package layers, checked from the source: storage < augment, train < pipelines, and no
+"""The package layers, checked from the source: viewmill's own modules (settings, registries) <
+storage < augment, train < pipelines, and no
 import cycles among viewmill modules (imports inside functions count: they are still a
 dependency, only a later one)."""
 
@@ -10,10 +11,13 @@ import pytest
 from tests.conftest import REPO
 
 LAYERS = {"storage": 0, "augment": 1, "train": 1, "pipelines": 2}
+ROOT_LAYER = -1  # viewmill/*.py: cross-cutting, seen by every layer, importing none
 
 
 def module_files() -> dict[str, Path]:
     files = {"viewmill": REPO / "viewmill" / "__init__.py"}
+    roots = sorted((REPO / "viewmill").glob("*.py"))
+    files.update({f"viewmill.{path.stem}": path for path in roots if path.stem != "__init__"})
     for package in LAYERS:
         for path in sorted((REPO / package).rglob("*.py")):
             parts = (package, *path.relative_to(REPO / package).with_suffix("").parts)
@@ -52,6 +56,8 @@ def package_of(module: str) -> str | None:
 
 
 def layer(module: str) -> int | None:
+    if (REPO / "viewmill" / f"{package_of(module)}.py").is_file():
+        return ROOT_LAYER
     return LAYERS.get(package_of(module) or "")
 
 
@@ -133,6 +139,9 @@ def test_modules_under_sub_packages_are_in_the_graph():
     graph = import_graph()
     assert "viewmill.pipelines.stages.augment" in graph["viewmill.pipelines.run"]
     assert "viewmill.train.evaluation.sts" in graph["viewmill.train.evaluation.suite"]
+    assert "viewmill.augment.ingest.sanitise" in graph["viewmill.augment.ingest.corpus"]
+    assert "viewmill.spelling" in graph["viewmill.registry"]
+    assert layer("viewmill.settings") < layer("viewmill.storage.lake")
 
 
 def test_stages_and_the_run_know_neither_prefect_flows_nor_the_command_line():

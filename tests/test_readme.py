@@ -322,7 +322,7 @@ def _check_viewmill(words: list[str]) -> None:
     from viewmill.pipelines.cli.app import app
     from viewmill.pipelines.recipe import load_recipe
     from viewmill.pipelines.sweep import load_sweep
-    from viewmill.storage.dataset_sources import lookup
+    from viewmill.storage.datasets.sources import lookup
 
     command, ctx, path = typer.main.get_command(app), None, ["viewmill"]
     args = list(words)

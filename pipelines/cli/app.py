@@ -246,7 +246,7 @@ def plugins() -> None:
     (viewmill's own, then installed plugins' from their entry points)."""
     from viewmill.augment.augmenters import AUGMENTERS
     from viewmill.augment.engines import ENGINES
-    from viewmill.augment.readers import READERS
+    from viewmill.augment.ingest.readers import READERS
     from viewmill.train.objectives import OBJECTIVES
 
     try:

@@ -15,13 +15,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import open_lake
 
 from viewmill.extras import missing_extra
 from viewmill.paths import PathError, missing_recipe
 
 if TYPE_CHECKING:
     from viewmill.storage.lake import Lake
-    from viewmill.storage.settings import Settings
+
+    from viewmill.settings import Settings
 
 # Results go to stdout (`console`); progress, status and errors to stderr (`err_console`),
 # so `viewmill sql ... --format csv > out.csv` and pipes get the result and nothing else.
@@ -34,7 +36,7 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 # sys.modules holds the class of any that can be raised.
 USER_ERROR_NAMES = (
     ("viewmill.pipelines.recipe", "RecipeError"),
-    ("viewmill.augment.readers", "CorpusError"),
+    ("viewmill.augment.ingest.readers", "CorpusError"),
     ("viewmill.augment.engines", "EngineError"),
     ("viewmill.storage.catalog", "LakeError"),
     ("viewmill.train.encoder", "EncoderError"),
@@ -104,13 +106,13 @@ DaskOption = Annotated[
 
 def load_settings(catalog: str | None = None, dask: str | None = None) -> Settings:
     """VIEWMILL_* read once, flags winning; commands pass the result on explicitly."""
-    from viewmill.storage.settings import Settings
+    from viewmill.settings import Settings
 
     return Settings().with_overrides(catalog=catalog, dask=dask)
 
 
 def open_lake_read_only(state_dir: Path | None, catalog: str | None) -> Lake:
-    return load_settings(catalog).open_lake(StatePaths.resolve(state_dir).lake, read_only=True)
+    return open_lake(load_settings(catalog), StatePaths.resolve(state_dir).lake, read_only=True)
 
 
 def _message(exc: Exception) -> str:

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
-from viewmill.storage import datasets
-from viewmill.storage.dataset_sources import BY_FOLDER, BY_NAME, DATASETS, lookup
+from viewmill.storage.datasets import fetching
+from viewmill.storage.datasets.sources import BY_FOLDER, BY_NAME, DATASETS, lookup
 
 from viewmill.spelling import did_you_mean
 
@@ -25,21 +25,22 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 
 DataDir = Annotated[
     Path | None,
-    typer.Option("--data-dir", help=f"data directory (default ${datasets.DATA_ENV} or ~/.cache/viewmill/data)"),
+    typer.Option("--data-dir", help=f"data directory (default ${fetching.DATA_ENV} or ~/.cache/viewmill/data)"),
 ]
 
 
 def _root(data_dir: Path | None) -> Path:
     if data_dir is not None:
-        os.environ[datasets.DATA_ENV] = str(data_dir)  # recipes resolved later in this process agree
-    return datasets.data_dir()
+        os.environ[fetching.DATA_ENV] = str(data_dir)  # recipes resolved later in this process agree
+    return fetching.data_dir()
 
 
 def _off_the_lake(root: Path) -> None:
     """Data sets never unpack into the lake of the state directory runs use ($VIEWMILL_HOME or ./.viewmill)."""
     from viewmill.pipelines.state import StatePaths
     from viewmill.storage.output_paths import OutputGuard
-    from viewmill.storage.settings import Settings
+
+    from viewmill.settings import Settings
 
     settings = Settings()
     OutputGuard.at(StatePaths.resolve().lake, settings.catalog_spec(), settings.data_path).check(root)
@@ -53,8 +54,8 @@ def list_datasets(data_dir: DataDir = None) -> None:
     for column in ("name", "recipe path", "fetched", "what", "licence"):
         table.add_column(column, overflow="fold")
     for dataset in DATASETS:
-        fetched = "yes" if datasets.is_fetched(dataset, root) else "no"
-        if fetched == "no" and (datasets.shared_data_dir() / dataset.folder).is_dir():
+        fetched = "yes" if fetching.is_fetched(dataset, root) else "no"
+        if fetched == "no" and (fetching.shared_data_dir() / dataset.folder).is_dir():
             fetched = "no (../shared/data has it)"
         table.add_row(dataset.name, f"data:{dataset.folder}/", fetched, dataset.description, dataset.licence)
     console.print(table)
@@ -85,8 +86,8 @@ def fetch(
     failed = []
     for name in wanted:
         try:
-            datasets.fetch(name, root=root, force=force, log=lambda line: console.print(line, highlight=False))
-        except datasets.DataFetchError as exc:
+            fetching.fetch(name, root=root, force=force, log=lambda line: console.print(line, highlight=False))
+        except fetching.DataFetchError as exc:
             err_console.print(f"[bold red]error:[/] {name}: {exc}", highlight=False)
             failed.append(name)
     if failed:

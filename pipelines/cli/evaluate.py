@@ -12,11 +12,13 @@ from viewmill.pipelines.stages.evaluate import EvalTarget, evaluate_models
 from viewmill.pipelines.stages.train import trained_models
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.ids import fingerprint
+from viewmill.storage.lake import open_lake
 from viewmill.storage.output_paths import OutputGuard
-from viewmill.storage.settings import Settings
 from viewmill.train.encoder import EncoderError, resolve_encoder
 from viewmill.train.evaluation.suite import bar_chart, check, markdown_table
 from viewmill.train.export import MANIFEST, model_id_of, read_manifest
+
+from viewmill.settings import Settings
 
 
 @dataclass
@@ -36,7 +38,7 @@ def recorded_models(refs: list[str], state: StatePaths, settings: Settings) -> l
     asked = [ref for ref in refs if MODEL_ID.fullmatch(ref) and not Path(ref).exists()]
     if not asked:
         return refs
-    with settings.open_lake(state.lake, read_only=True) as lake:
+    with open_lake(settings, state.lake, read_only=True) as lake:
         rows = trained_models(lake, state)
     folders = {}
     for ref in asked:
@@ -95,7 +97,7 @@ def evaluate_cli(
     for task in suite.tasks:  # every file readable before any model is loaded
         check(task)
     entries = model_entries(refs, baselines)
-    with settings.open_lake(state.lake) as lake:
+    with open_lake(settings, state.lake) as lake:
         guard = OutputGuard.of(lake)
         rows = evaluate_models(lake, entries, suite.tasks, run_id=run_id, batch_size=suite.batch_size)
     results = [asdict(row) for row in rows]  # the table and chart read plain rows

@@ -26,6 +26,7 @@ from viewmill.pipelines.cli.common import (
 )
 from viewmill.pipelines.orchestration.prefect_env import PrefectServerError
 from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import open_lake
 
 # The recipe schema (and through it torch) loads when a command runs, not when the CLI starts;
 # what the arguments name is checked before it does (`_check_arguments`): usage errors come at once.
@@ -98,9 +99,9 @@ def _run(
     if snapshot is not None:  # the snapshot named exists, before the recipe loads
         from viewmill.storage.snapshots import snapshot_info
 
-        with settings.open_lake(state.lake, read_only=True) as lake:
+        with open_lake(settings, state.lake, read_only=True) as lake:
             snapshot_info(lake, snapshot)
-    from viewmill.augment.readers import CorpusError
+    from viewmill.augment.ingest.readers import CorpusError
     from viewmill.pipelines.cli.report import render_summary
     from viewmill.pipelines.context import RunContext, recipe_parameter
     from viewmill.pipelines.recipe import RecipeError, load_recipe
@@ -150,7 +151,7 @@ def sweep(
     """Train every configuration of the recipe's sweep on the same pairs, evaluate each, choose
     the best on sweep.select_on: results go to the lake (sweeps, evals), a Markdown table and a PNG."""
     _check_arguments(recipe, dask, prefect)
-    from viewmill.augment.readers import CorpusError
+    from viewmill.augment.ingest.readers import CorpusError
     from viewmill.pipelines.context import RunContext
     from viewmill.pipelines.stages.preflight import preflight
     from viewmill.pipelines.sweep import load_sweep, run_sweep

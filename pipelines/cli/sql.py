@@ -1,4 +1,4 @@
-"""`viewmill sql`: one read-only query over the lake (see viewmill.storage.sandbox), its result
+"""`viewmill sql`: one read-only query over the lake (see viewmill.storage.sql.sandbox), its result
 on stdout or in a file. Loaded only when the command runs (see `viewmill.pipelines.cli.app`)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from viewmill.pipelines.cli.common import (
 )
 from viewmill.pipelines.cli.output import MAX_ROWS, OutputError, OutputFormat, output_format, write_result
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.sandbox import QueryLimits, query_stream
+from viewmill.storage.sql.sandbox import QueryLimits, query_stream
 
 QUERY_FILE_LIMIT = 1 << 20  # a query, not a data file: 1 MiB
 

@@ -45,7 +45,8 @@ from viewmill.pipelines.stages.preflight import preflight
 from viewmill.pipelines.stages.train import train_stage
 from viewmill.pipelines.state import StatePaths
 from viewmill.pipelines.sweep import SweepRecipes, run_sweep
-from viewmill.storage.settings import Settings
+
+from viewmill.settings import Settings
 
 # Stages cache through the lake themselves (translations, views, models, evals), so
 # Prefect's own caching stays off for them and tasks never hash lake connections.

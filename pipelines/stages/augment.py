@@ -22,9 +22,11 @@ from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.stages.producers import lent_producer
 from viewmill.storage.ids import fingerprint
+from viewmill.storage.lake import open_lake
 from viewmill.storage.maintenance import tidy_after_run
-from viewmill.storage.settings import Settings
 from viewmill.train.encoder import EncoderError, encoder_fingerprint, load_sentence_model, resolve_encoder
+
+from viewmill.settings import Settings
 
 EMBED_BATCH = 128  # texts per forward pass of the meaning encoder
 
@@ -125,7 +127,7 @@ def augment_shard(
     part = Shard(**shard)
     judge = meaning_judge(filters.meaning)
     configs: list[str] = []
-    with (settings or Settings()).open_lake(lake_root) as lake:
+    with open_lake(settings or Settings(), lake_root) as lake:
         for current in (*earlier, spec):
             engine = getattr(current, "engine", None) or current.method  # the rate is the engine's
             label = f"augment {current.name} ({engine}) shard {part.index + 1}/{part.count}"
@@ -177,7 +179,7 @@ def shards_missing_views(lake_root: str, jobs: list[ShardJob], settings: Setting
         [{"job": i, "corpus": job.corpus, "config_hash": job.config_hash, "shard_index": job.shard.index,
           "shard_count": job.shard.count} for i, job in enumerate(jobs)]
     )  # fmt: skip
-    with (settings or Settings()).open_lake(lake_root, read_only=True) as lake, lake.with_keys("_jobs", keys):
+    with open_lake(settings or Settings(), lake_root, read_only=True) as lake, lake.with_keys("_jobs", keys):
         rows = lake.con.execute(
             """
             SELECT j.job, count(*) FILTER (WHERE v.view_id IS NULL) AS missing

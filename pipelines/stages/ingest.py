@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from viewmill.augment.ingest import CorpusStream, IngestSettings, IngestStats
+from viewmill.augment.ingest.corpus import CorpusStream, IngestSettings, IngestStats
 from viewmill.pipelines.context import RunContext
 from viewmill.storage.corpus_versions import record_corpus_version
 from viewmill.storage.hex_ids import ids_of

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from viewmill.augment.augmenters import AugmenterConfig, make_producer
 from viewmill.augment.engines import EngineError
-from viewmill.augment.readers import READERS
-from viewmill.augment.source_files import CorpusError, Malformed, require_file
+from viewmill.augment.ingest.readers import READERS
+from viewmill.augment.ingest.source_files import CorpusError, Malformed, require_file
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.recipe import Recipe
 from viewmill.storage.catalog import Catalog, check_not_orphaned

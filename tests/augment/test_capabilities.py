@@ -19,7 +19,7 @@ from viewmill.augment.augmenters import (
     make_producer,
 )
 from viewmill.augment.cache import CacheStats
-from viewmill.augment.readers import READERS, nli_formats, split_in_name
+from viewmill.augment.ingest.readers import READERS, nli_formats, split_in_name
 from viewmill.pipelines.recipe import RecipeError, load_recipe
 from viewmill.storage.schema import PROVENANCE
 

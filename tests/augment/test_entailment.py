@@ -1,6 +1,6 @@
 import pytest
 from viewmill.augment.augmenters import Entailment
-from viewmill.augment.ingest import ingest
+from viewmill.augment.ingest.corpus import ingest
 from viewmill.augment.quality import FilterSpec
 from viewmill.storage.lake import Lake
 

@@ -8,20 +8,20 @@ import numpy as np
 import pytest
 from viewmill.augment.augmenters import AUGMENTERS, augmenter_class
 from viewmill.augment.engines import ENGINES, EngineError, make_engine
+from viewmill.augment.ingest.readers import READERS, nli_formats
 from viewmill.augment.meaning import Candidate, MeaningSpec, judge
 from viewmill.augment.meaning_report import CosineFilter, markdown_lines
 from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
-from viewmill.augment.readers import READERS, nli_formats
 from viewmill.pipelines.recipe import RecipeError, load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.extension_points import RegistryError
 from viewmill.storage.lake import Lake
 from viewmill.train.config import TrainConfig
 from viewmill.train.objectives import OBJECTIVES
 
 from tests.conftest import SENTENCES
 from tests.plugins import forget_plugin, install_plugin
+from viewmill.registry import RegistryError
 
 PLUGIN = '''
 from typing import ClassVar, Literal
@@ -29,7 +29,7 @@ from typing import ClassVar, Literal
 import torch
 from viewmill.augment.augmenters import AugmenterConfig, ProducedView, Provenance
 from viewmill.augment.engines import Engine
-from viewmill.augment.readers import RawLine, Reader
+from viewmill.augment.ingest.readers import RawLine, Reader
 from viewmill.train.objectives import Objective
 
 

@@ -71,7 +71,7 @@ def test_strict_csv_reading_keeps_good_records_and_reports_the_bad_ones():
     from pathlib import Path
     from tempfile import mkdtemp
 
-    from viewmill.augment.readers import Malformed, RawLine, ReadOptions, read_csv
+    from viewmill.augment.ingest.readers import Malformed, RawLine, ReadOptions, read_csv
 
     path = Path(mkdtemp()) / "c.csv"
     path.write_text('text,id\n"ok, quoted",1\n"open,2\nrest",3\nfine,4\n"a ""quoted"" word",5\n', encoding="utf-8")

@@ -13,10 +13,10 @@ from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage import lake as lake_module
-from viewmill.storage.settings import Settings
 
 from tests.conftest import SENTENCES
 from tests.tiny_mt import build_tiny_fsmt
+from viewmill.settings import Settings
 
 STAGES = {"preflight", "ingest_stage", "augment_plan", "augment_shard", "augment_finish", "pair_stage",
           "train_stage", "_publish_model", "evaluate_stage", "begin_run", "end_run", "existing_snapshot"}  # fmt: skip

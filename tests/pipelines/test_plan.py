@@ -17,10 +17,10 @@ from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.plan import NO_GPU, plan_recipe, size_corpus
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.settings import Settings
 
 from tests.conftest import needs_apertium, write_sts_fixture
 from tests.lake_state import lake_state
+from viewmill.settings import Settings
 
 runner = CliRunner()
 STAGES = ["preflight", "ingest", "augment", "pair", "train", "evaluate"]

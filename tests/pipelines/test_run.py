@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from viewmill.augment.engines import EngineError
-from viewmill.augment.ingest import CorpusError
+from viewmill.augment.ingest.corpus import CorpusError
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths

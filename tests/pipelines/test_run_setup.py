@@ -14,8 +14,8 @@ from typing import ClassVar
 import pytest
 from typer.testing import CliRunner
 from viewmill.augment.data_augmenters import Identity, IdentityProducer
-from viewmill.augment.ingest import CorpusStream, ingest
-from viewmill.augment.readers import CorpusError
+from viewmill.augment.ingest.corpus import CorpusStream, ingest
+from viewmill.augment.ingest.readers import CorpusError
 from viewmill.pipelines import recipe as recipe_module
 from viewmill.pipelines import sweep as sweep_module
 from viewmill.pipelines.cli.app import app

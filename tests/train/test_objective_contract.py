@@ -10,7 +10,6 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
-from viewmill.storage.extension_points import RegistryError
 from viewmill.storage.lake import Lake
 from viewmill.train.assembly import build_objective
 from viewmill.train.card import model_card
@@ -27,6 +26,7 @@ from viewmill.train.objectives import (
 
 from tests.conftest import SENTENCES, write_sts_fixture
 from tests.plugins import forget_plugin, install_plugin
+from viewmill.registry import RegistryError
 
 runner = CliRunner()
 BUILTINS = ["bsl", "ntxent", "infonce", "sgopt", "isbert", "distill", "infonce-distill"]

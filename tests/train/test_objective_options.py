@@ -11,7 +11,6 @@ import torch
 import yaml
 from pydantic import ValidationError
 from torch import nn
-from viewmill.storage.extension_points import RegistryError
 from viewmill.train.config import LEGACY_OPTIONS, TrainConfig
 from viewmill.train.export import MANIFEST
 from viewmill.train.loop import train_model
@@ -20,6 +19,7 @@ from viewmill.train.optimisation import make_optimizer
 
 from tests.conftest import REPO, SENTENCES
 from tests.plugins import forget_plugin, install_plugin
+from viewmill.registry import RegistryError
 
 
 def test_every_options_field_has_its_default_so_spelling_a_default_is_the_same_config():

@@ -17,8 +17,9 @@ import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe, load_suite
-from viewmill.storage import dataset_sources, datasets
-from viewmill.storage.dataset_sources import BY_NAME, Dataset
+from viewmill.storage.datasets import fetching as datasets
+from viewmill.storage.datasets import sources as dataset_sources
+from viewmill.storage.datasets.sources import BY_NAME, Dataset
 from viewmill.train.evaluation.sts import EvalDataError, StsTask, load_stsb, load_task
 
 from tests.conftest import REPO

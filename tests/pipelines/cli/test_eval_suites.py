@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_suite
-from viewmill.storage import datasets
+from viewmill.storage.datasets import fetching
 
 from tests.conftest import write_sts_fixture
 
@@ -23,8 +23,8 @@ def elsewhere(tmp_path, monkeypatch):
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
-    monkeypatch.setenv(datasets.DATA_ENV, str(tmp_path / "data"))
-    monkeypatch.setattr(datasets, "shared_data_dir", lambda: tmp_path / "no-shared-data")
+    monkeypatch.setenv(fetching.DATA_ENV, str(tmp_path / "data"))
+    monkeypatch.setattr(fetching, "shared_data_dir", lambda: tmp_path / "no-shared-data")
     return cwd
 
 

@@ -25,9 +25,9 @@ from viewmill.storage.file_hashes import RECORD_DIR
 from viewmill.storage.lake import Lake
 from viewmill.storage.lake_files import META, catalog_files
 from viewmill.storage.lake_key import key_path
-from viewmill.storage.sandbox import open_query_lake
-from viewmill.storage.sandbox_check import METADATA_HINT, READ_HINT, QueryRefused, checked_query
-from viewmill.storage.sandbox_policy import Use
+from viewmill.storage.sql.check import METADATA_HINT, READ_HINT, QueryRefused, checked_query
+from viewmill.storage.sql.policy import Use
+from viewmill.storage.sql.sandbox import open_query_lake
 
 from tests.lake_state import change_in_place, move_key_into_catalog, small_lake
 from tests.postgres import needs_postgres, postgres_server

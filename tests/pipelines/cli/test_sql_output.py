@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from viewmill.pipelines.cli import output
 from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.cli.output import OutputFormat, write_result
-from viewmill.storage.sandbox import QueryLimits, open_query_lake, stream_query
+from viewmill.storage.sql.sandbox import QueryLimits, open_query_lake, stream_query
 
 from tests.lake_state import small_lake
 

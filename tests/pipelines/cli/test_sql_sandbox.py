@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
-from viewmill.storage.sandbox import open_query_lake
-from viewmill.storage.sandbox_check import READ_HINT
-from viewmill.storage.sandbox_policy import Use
+from viewmill.storage.sql.check import READ_HINT
+from viewmill.storage.sql.policy import Use
+from viewmill.storage.sql.sandbox import open_query_lake
 
 from tests.lake_state import lake_state, small_lake
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
-from viewmill.storage.sandbox import open_query_lake
-from viewmill.storage.sandbox_policy import CREDENTIAL_SETTINGS
+from viewmill.storage.sql.policy import CREDENTIAL_SETTINGS
+from viewmill.storage.sql.sandbox import open_query_lake
 
 from tests.lake_state import small_lake
 from tests.postgres import needs_postgres, postgres_server

@@ -5,8 +5,8 @@ only sentences the lake lacks, and the corpus version lists every sentence the r
 from __future__ import annotations
 
 import pytest
-from viewmill.augment.ingest import ingest
-from viewmill.augment.readers import CorpusError
+from viewmill.augment.ingest.corpus import ingest
+from viewmill.augment.ingest.readers import CorpusError
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.stages.ingest import ingest_stage

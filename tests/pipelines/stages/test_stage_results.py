@@ -7,7 +7,7 @@ import json
 
 from viewmill.augment.augmenters import AUGMENTERS
 from viewmill.augment.cache import CacheStats
-from viewmill.augment.ingest import IngestStats
+from viewmill.augment.ingest.corpus import IngestStats
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.views import AugmentReport, Shard
 from viewmill.pipelines.run_record import RunSummary
@@ -16,9 +16,10 @@ from viewmill.pipelines.stages.evaluate import EvalRow
 from viewmill.pipelines.stages.ingest import IngestReport
 from viewmill.pipelines.stages.train import TrainResult
 from viewmill.storage.ids import canonical_json
-from viewmill.storage.settings import Settings
 from viewmill.storage.snapshots import Snapshot
 from viewmill.train.loop import TrainReport
+
+from viewmill.settings import Settings
 
 STATS = IngestStats(lines=7, kept=5, duplicates=1, blank=1, malformed_examples=["x:3: bad"], rejected={"binary": 0})
 INGEST = IngestReport("tiny", "v1", sentences=5, new_sentences=5, new_nli_pairs=0, stats=STATS)

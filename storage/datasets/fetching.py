@@ -25,7 +25,7 @@ from pathlib import Path
 
 import filelock
 import httpx
-from viewmill.storage.dataset_sources import BY_NAME, DATASETS, Dataset, Source, lookup
+from viewmill.storage.datasets.sources import BY_NAME, DATASETS, Dataset, Source, lookup
 from viewmill.storage.files import build_dir_atomically, file_sha256, user_cache_dir
 
 DATA_ENV = "VIEWMILL_DATA"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from viewmill.augment import file_chunks
-from viewmill.augment.ingest import CorpusError, ingest
-from viewmill.augment.readers import ReadOptions
+from viewmill.augment.ingest import file_chunks
+from viewmill.augment.ingest.corpus import CorpusError, ingest
+from viewmill.augment.ingest.readers import ReadOptions
 
 from tests.conftest import SENTENCES
 

@@ -14,12 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from viewmill.augment import file_chunks
-from viewmill.augment.file_chunks import line_chunks, line_offsets
-from viewmill.augment.ingest import ingest
-from viewmill.augment.plain_text import PLAIN_RANGES, SeenIds, plain_rows, text_hashes
-from viewmill.augment.readers import READERS, CorpusError, Malformed, ReadOptions
-from viewmill.augment.sanitise import rejected_id, rejection, shown
+from viewmill.augment.ingest import file_chunks
+from viewmill.augment.ingest.corpus import ingest
+from viewmill.augment.ingest.file_chunks import line_chunks, line_offsets
+from viewmill.augment.ingest.plain_text import PLAIN_RANGES, SeenIds, plain_rows, text_hashes
+from viewmill.augment.ingest.readers import READERS, CorpusError, Malformed, ReadOptions
+from viewmill.augment.ingest.sanitise import rejected_id, rejection, shown
 from viewmill.storage.hex_ids import hex_ids
 from viewmill.storage.ids import id_text, normalize_text, sentence_id, text_hash
 

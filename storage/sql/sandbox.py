@@ -1,7 +1,7 @@
 """Ad hoc SQL over the lake (`viewmill sql`) that reads and does nothing else.
 
 Three layers, because no one of them is enough alone:
-1. a whitelist (`sandbox_check`, `sandbox_policy`): one statement, a plain query, every
+1. a whitelist (`check`, `policy`): one statement, a plain query, every
    pragma, function and plan operator in it classified as a read;
 2. a locked connection: no directory but the lake's data folder (allowed_directories), no
    temporary directory (nothing spills to disk), no extension loading, no Python replacement
@@ -32,8 +32,8 @@ import pyarrow as pa
 from viewmill.storage.catalog import Catalog, LakeError, redact, sql_literal
 from viewmill.storage.lake import Lake
 from viewmill.storage.output_paths import OutputGuard, OutputRefused
-from viewmill.storage.sandbox_check import QueryRefused, checked_query
-from viewmill.storage.sandbox_policy import CREDENTIAL_SETTINGS
+from viewmill.storage.sql.check import QueryRefused, checked_query
+from viewmill.storage.sql.policy import CREDENTIAL_SETTINGS
 
 __all__ = [
     "OutputRefused",

@@ -4,8 +4,8 @@ pysbd gives), and a paragraph over the cap rejected whole with its reason."""
 from __future__ import annotations
 
 import pysbd
-from viewmill.augment.book import MAX_PARAGRAPH_CHARS, WINDOW_CHARS, split_sentences
-from viewmill.augment.ingest import ingest
+from viewmill.augment.ingest.book import MAX_PARAGRAPH_CHARS, WINDOW_CHARS, split_sentences
+from viewmill.augment.ingest.corpus import ingest
 
 TEXT = (
     'Mr. Smith went to Washington on Monday. He arrived at 5 p.m. and slept. "Is it late?" she asked. '

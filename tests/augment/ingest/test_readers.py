@@ -4,8 +4,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from viewmill.augment.ingest import ingest
-from viewmill.augment.readers import CorpusError, ReadOptions
+from viewmill.augment.ingest.corpus import ingest
+from viewmill.augment.ingest.readers import CorpusError, ReadOptions
 
 
 def _ingest(files, fmt, **overrides):
@@ -145,7 +145,7 @@ def test_every_source_is_checked_before_any_is_read(tmp_path):
 
 
 def test_utf16_is_recognised_by_its_mark_or_its_nul_bytes():
-    from viewmill.augment.source_files import utf16_encoding
+    from viewmill.augment.ingest.source_files import utf16_encoding
 
     text = "A man plays a guitar.\nTwo dogs run.\n"
     assert utf16_encoding(text.encode("utf-16-le")) == ("UTF-16LE", "every other byte is NUL")

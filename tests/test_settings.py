@@ -8,9 +8,10 @@ import sys
 from pydantic import SecretStr
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
-from viewmill.storage.settings import Settings
+from viewmill.storage.lake import open_lake
 
 from tests.conftest import REPO
+from viewmill.settings import Settings
 
 
 def test_settings_come_from_viewmill_variables(monkeypatch, tmp_path):
@@ -37,14 +38,14 @@ def test_flags_win_and_absent_flags_keep_the_environment(monkeypatch):
 
 def test_a_lake_opens_under_the_settings_catalog_not_the_environments(monkeypatch, tmp_path):
     monkeypatch.setenv("VIEWMILL_CATALOG", "sqlite")
-    with Settings(catalog="duckdb").open_lake(tmp_path / "lake") as lake:
+    with open_lake(Settings(catalog="duckdb"), tmp_path / "lake") as lake:
         assert lake.catalog.kind == "duckdb"
     assert (tmp_path / "lake" / "catalog.ducklake").is_file() and not (tmp_path / "lake" / "catalog.sqlite").exists()
 
 
 def test_the_cli_hands_nothing_on_through_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("VIEWMILL_CATALOG", raising=False)
-    Settings(catalog="duckdb").open_lake(tmp_path / "lake").close()
+    open_lake(Settings(catalog="duckdb"), tmp_path / "lake").close()
     result = CliRunner().invoke(
         app, ["sql", "SELECT count(*) AS n FROM sentences", "--state-dir", str(tmp_path), "--catalog", "duckdb"]
     )

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from viewmill.augment.file_chunks import line_offsets
-from viewmill.augment.readers import READERS, RawLine, ReadOptions, Record, not_text, open_parquet
-from viewmill.augment.source_files import Malformed, decode_line, require_file, require_utf8, source_chunks
+from viewmill.augment.ingest.file_chunks import line_offsets
+from viewmill.augment.ingest.readers import READERS, RawLine, ReadOptions, Record, not_text, open_parquet
+from viewmill.augment.ingest.source_files import Malformed, decode_line, require_file, require_utf8, source_chunks
 
 BATCH_RECORDS = 4096  # a reader's records grouped at most this many at a time
 PARQUET_BATCH = 65536

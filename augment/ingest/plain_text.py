@@ -6,7 +6,7 @@ is invisible, decomposes or composes with another in NFC, or is whitespace but t
 space), the id's text is the stored text, and the checks of `sanitise.rejection` cannot
 refuse it when it has no long token, is short enough and its language is written in Latin.
 Those lines are cleaned, counted and hashed here a batch at a time; every other line goes
-through the Python functions, so the result is theirs (tests/augment/test_ingest_batches.py
+through the Python functions, so the result is theirs (tests/augment/ingest/test_ingest_batches.py
 checks the character set against them).
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
-from viewmill.augment.sanitise import MAX_SENTENCE_CHARS, MAX_TOKEN_CHARS, lang_scripts
+from viewmill.augment.ingest.sanitise import MAX_SENTENCE_CHARS, MAX_TOKEN_CHARS, lang_scripts
 
 # Code points of plain text beyond printable ASCII and tab: Latin-1 without NBSP and the soft
 # hyphen, Latin Extended-A and -B, general punctuation without spaces, separators and

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from viewmill.augment.file_chunks import line_chunks
-from viewmill.storage.datasets import missing_hint
+from viewmill.augment.ingest.file_chunks import line_chunks
+from viewmill.storage.datasets.fetching import missing_hint
 
 from viewmill.paths import leads_nowhere, nowhere
 

@@ -9,10 +9,9 @@ import duckdb
 import pytest
 from viewmill.storage.catalog import extension_path
 from viewmill.storage.lake import Lake
-from viewmill.storage.sandbox import lock_down
-from viewmill.storage.sandbox_check import READ_HINT, QueryRefused, checked_query
-from viewmill.storage.sandbox_names import ALLOWED_FUNCTIONS
-from viewmill.storage.sandbox_policy import (
+from viewmill.storage.sql.check import READ_HINT, QueryRefused, checked_query
+from viewmill.storage.sql.names import ALLOWED_FUNCTIONS
+from viewmill.storage.sql.policy import (
     CREDENTIAL_SETTINGS,
     PRAGMAS,
     REFUSED_FUNCTIONS,
@@ -21,12 +20,13 @@ from viewmill.storage.sandbox_policy import (
     TABLE_FUNCTIONS,
     Use,
 )
+from viewmill.storage.sql.sandbox import lock_down
 
 from tests.lake_state import small_lake
 
 # Every extension a lake may load: ducklake and sqlite_scanner (the default catalog) come with it.
 EXTRA_EXTENSIONS = ("httpfs", "postgres_scanner")
-NO_POLICY = "viewmill's sandbox policy does not know it (storage/sandbox_policy.py)"
+NO_POLICY = "viewmill's sandbox policy does not know it (storage/sql/policy.py)"
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def _live(lake: Lake, sql: str) -> set[str]:
 def _compare(live: set[str], classified: set[str], what: str) -> None:
     new, gone = sorted(live - classified), sorted(classified - live)
     assert not new and not gone, (
-        f"DuckDB's {what} changed: classify {new} in storage/sandbox_policy.py (or sandbox_names.py), drop {gone}"
+        f"DuckDB's {what} changed: classify {new} in storage/sql/policy.py (or names.py), drop {gone}"
     )
 
 

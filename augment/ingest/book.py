@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from viewmill.augment.readers import RawLine, Reader, ReadOptions, Record
-from viewmill.augment.source_files import CorpusError, Malformed, iter_lines
+from viewmill.augment.ingest.readers import RawLine, Reader, ReadOptions, Record
+from viewmill.augment.ingest.source_files import CorpusError, Malformed, iter_lines
 
 MAX_PARAGRAPH_CHARS = 100_000  # some 15,000 words without a blank line
 WINDOW_CHARS = 5_000  # pysbd splits this in a few hundredths of a second
@@ -81,4 +81,4 @@ def split_sentences(segmenter, text: str, window: int = WINDOW_CHARS) -> Iterato
         yield text[begin:]
 
 
-BOOK = Reader(read_book)  # the registry's entry (viewmill.augment.readers.READERS)
+BOOK = Reader(read_book)  # the registry's entry (viewmill.augment.ingest.readers.READERS)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from viewmill.augment.source_files import (
+from viewmill.augment.ingest.source_files import (
     DAMAGED,
     CorpusError,
     Malformed,
@@ -24,7 +24,8 @@ from viewmill.augment.source_files import (
     require_file,
     require_utf8,
 )
-from viewmill.storage.extension_points import Registry, RegistryError
+
+from viewmill.registry import Registry, RegistryError
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -282,7 +283,7 @@ def _reader(value: object) -> Reader:
         return value
     if not callable(value):
         raise RegistryError(
-            f"a corpus reader must be a viewmill.augment.readers.Reader or a function (path, ReadOptions) -> "
+            f"a corpus reader must be a viewmill.augment.ingest.readers.Reader or a function (path, ReadOptions) -> "
             f"records, not {value!r}"
         )
     return Reader(value, reads_files=False)  # a plain function: its sources go to it unchecked, as always
@@ -293,13 +294,13 @@ READERS: Registry[Reader] = Registry(
     "viewmill.readers",
     "corpus format",
     {
-        "text": "viewmill.augment.readers:TEXT",
-        "book": "viewmill.augment.book:BOOK",
-        "senteval": "viewmill.augment.readers:SENTEVAL",
-        "nli-jsonl": "viewmill.augment.readers:NLI_JSONL",
-        "csv": "viewmill.augment.readers:CSV",
-        "parquet": "viewmill.augment.readers:PARQUET",
-        "hf": "viewmill.augment.readers:HF",
+        "text": "viewmill.augment.ingest.readers:TEXT",
+        "book": "viewmill.augment.ingest.book:BOOK",
+        "senteval": "viewmill.augment.ingest.readers:SENTEVAL",
+        "nli-jsonl": "viewmill.augment.ingest.readers:NLI_JSONL",
+        "csv": "viewmill.augment.ingest.readers:CSV",
+        "parquet": "viewmill.augment.ingest.readers:PARQUET",
+        "hf": "viewmill.augment.ingest.readers:HF",
     },
     check=_reader,
 )

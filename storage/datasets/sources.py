@@ -5,7 +5,7 @@ community's copies come from). No checksum here is known in advance: the files i
 ../shared/data are extracted copies, never the archives themselves, so their hashes say
 nothing about the archives. `sha256=None` therefore means trust on first use: the first
 download's sha256 is recorded in the data directory's lock file and every later
-download must match it (storage/datasets.py).
+download must match it (storage/datasets/fetching.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Dataset:
     description: str
     licence: str
     sources: tuple[Source, ...]
-    transform: str | None = None  # a conversion in storage/datasets.py run after unpacking
+    transform: str | None = None  # a conversion in storage/datasets/fetching.py run after unpacking
     notes: tuple[str, ...] = field(default=())
 
 

@@ -1,5 +1,5 @@
 """Whether a query may run in `viewmill sql`: one statement, a plain query, and every pragma,
-function and plan operator in it allowed by `sandbox_policy`.
+function and plan operator in it allowed by `policy`.
 
 Checked with DuckDB's own tokenizer (where each statement starts), parser (extract_statements,
 json_serialize_sql: the syntax tree) and binder (json_serialize_plan: the plan, where views,
@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 from viewmill.storage.catalog import LakeError, sql_literal
 from viewmill.storage.lake import CATALOG_NAME
-from viewmill.storage.sandbox_policy import PRAGMAS, READ_OPERATORS, START_KEYWORDS, Use, function_use
+from viewmill.storage.sql.policy import PRAGMAS, READ_OPERATORS, START_KEYWORDS, Use, function_use
 
 READ_HINT = (
     "use SELECT (or DESCRIBE, SHOW, SUMMARIZE, EXPLAIN); write a result with --output FILE, "
@@ -128,7 +128,7 @@ def _check_pragma(following: list[tuple[int, str, bool]], text: str) -> None:
     use = PRAGMAS.get(name)
     if use is Use.ALLOWED:
         return
-    reason = f"it {use}" if use else "viewmill's sandbox policy does not know it (storage/sandbox_policy.py)"
+    reason = f"it {use}" if use else "viewmill's sandbox policy does not know it (storage/sql/policy.py)"
     allowed = ", ".join(sorted(n for n, u in PRAGMAS.items() if u is Use.ALLOWED))
     raise QueryRefused(
         f"viewmill sql cannot run PRAGMA {name} ({_snippet(text)}): {reason}; the pragmas that read are: {allowed}"
@@ -187,7 +187,7 @@ def _check_function(name: str, table: bool, sql: str) -> None:
     use = function_use(name, table=table)
     if use is Use.ALLOWED:
         return
-    reason = f"it {use}" if use else "viewmill's sandbox policy does not know it (storage/sandbox_policy.py)"
+    reason = f"it {use}" if use else "viewmill's sandbox policy does not know it (storage/sql/policy.py)"
     raise QueryRefused(f"viewmill sql cannot run {name}() ({_snippet(sql)}): {reason}; {READ_HINT}")
 
 

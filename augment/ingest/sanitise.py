@@ -17,7 +17,7 @@ import functools
 import unicodedata
 
 import regex
-from viewmill.augment.confusable import mixed_script_confusables
+from viewmill.augment.ingest.confusable import mixed_script_confusables
 from viewmill.storage.ids import text_hash
 
 MAX_TOKEN_CHARS = 100  # longer than any word or ordinary URL

@@ -8,8 +8,8 @@ import json
 
 import pytest
 from typer.testing import CliRunner
-from viewmill.augment.ingest import ingest
-from viewmill.augment.sanitise import rejection
+from viewmill.augment.ingest.corpus import ingest
+from viewmill.augment.ingest.sanitise import rejection
 from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
 

@@ -1,5 +1,5 @@
 import pytest
-from viewmill.augment.ingest import CorpusError, ingest
+from viewmill.augment.ingest.corpus import CorpusError, ingest
 
 
 def _ingest(files, **overrides):

@@ -3,7 +3,7 @@ start, pragma, table function, function and setting that DuckDB 1.5.5 exposes wi
 extensions viewmill loads (ducklake, httpfs, sqlite_scanner, postgres_scanner).
 
 Only names classified ALLOWED run; anything else, a name DuckDB adds later included, is
-refused. tests/storage/test_sandbox_policy.py compares these tables with DuckDB's own
+refused. tests/storage/sql/test_policy.py compares these tables with DuckDB's own
 catalogs (duckdb_functions(), duckdb_settings()), so an upgrade fails it until each new
 name is classified here.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from viewmill.storage.sandbox_names import ALLOWED_FUNCTIONS
+from viewmill.storage.sql.names import ALLOWED_FUNCTIONS
 
 
 class Use(StrEnum):

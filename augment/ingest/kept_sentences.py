@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from viewmill.augment.line_batches import LineBatch
-from viewmill.augment.plain_text import SeenIds, fold_spaces, plain_rows, text_hashes, word_counts
-from viewmill.augment.readers import READERS, Malformed
-from viewmill.augment.sanitise import rejected_id, rejection, shown
+from viewmill.augment.ingest.line_batches import LineBatch
+from viewmill.augment.ingest.plain_text import SeenIds, fold_spaces, plain_rows, text_hashes, word_counts
+from viewmill.augment.ingest.readers import READERS, Malformed
+from viewmill.augment.ingest.sanitise import rejected_id, rejection, shown
 from viewmill.storage.hex_ids import hex_ids
 from viewmill.storage.ids import normalize_text, sentence_id
 from viewmill.storage.schema import REJECTED_SENTENCES, SENTENCES

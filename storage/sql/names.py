@@ -1,8 +1,8 @@
 """The scalar, aggregate and macro functions ad hoc SQL may call: every one DuckDB 1.5.5 lists
 in duckdb_functions() (with ducklake, httpfs, sqlite_scanner and postgres_scanner loaded) but
-those `sandbox_policy.REFUSED_FUNCTIONS` names. Each works on its arguments and the query's own
+those `policy.REFUSED_FUNCTIONS` names. Each works on its arguments and the query's own
 rows: none reads a file, a secret or a credential setting, writes, or reaches the network (the clock,
-random(), sleep_ms() and error() included). tests/storage/test_sandbox_policy.py fails when
+random(), sleep_ms() and error() included). tests/storage/sql/test_policy.py fails when
 DuckDB's list changes, until each new name is reviewed and added here or refused there."""
 
 ALLOWED_FUNCTIONS = frozenset(

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from viewmill.storage.lake import Lake
 
 DEFAULT_STATE = ".viewmill"
 
@@ -51,7 +50,3 @@ class Settings(BaseSettings):
     @property
     def state_root(self) -> Path:
         return self.state_dir.expanduser().resolve()
-
-    def open_lake(self, root: Path | str, *, read_only: bool = False) -> Lake:
-        """The lake at `root` under these settings' catalog and data path."""
-        return Lake(root, read_only=read_only, catalog=self.catalog_spec(), data_path=self.data_path)

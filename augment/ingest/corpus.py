@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from sacremoses import MosesDetokenizer
-from viewmill.augment.kept_sentences import Cleaned, IngestStats, KeptSentences
-from viewmill.augment.line_batches import BATCH_RECORDS, LineBatch, line_batches
-from viewmill.augment.plain_text import SeenIds, plain_lane
-from viewmill.augment.readers import READERS, RawLine, ReadOptions
-from viewmill.augment.sanitise import rejection
-from viewmill.augment.source_files import CorpusError, Malformed, require_file
+from viewmill.augment.ingest.kept_sentences import Cleaned, IngestStats, KeptSentences
+from viewmill.augment.ingest.line_batches import BATCH_RECORDS, LineBatch, line_batches
+from viewmill.augment.ingest.plain_text import SeenIds, plain_lane
+from viewmill.augment.ingest.readers import READERS, RawLine, ReadOptions
+from viewmill.augment.ingest.sanitise import rejection
+from viewmill.augment.ingest.source_files import CorpusError, Malformed, require_file
 from viewmill.storage.ids import normalize_text, sentence_id
 from viewmill.storage.schema import NLI_PAIRS, REJECTED_SENTENCES, SENTENCES
 

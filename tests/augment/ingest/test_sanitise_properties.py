@@ -13,7 +13,7 @@ import pytest
 import regex
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from viewmill.augment.sanitise import MAX_COMBINING_MARKS, rejection, shown
+from viewmill.augment.ingest.sanitise import MAX_COMBINING_MARKS, rejection, shown
 from viewmill.storage.ids import normalize_text, sentence_id, text_hash
 
 # Computed from Unicode's properties, not viewmill's code: combining marks of no script of their

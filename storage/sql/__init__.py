@@ -1,0 +1,1 @@
+"""The `viewmill sql` sandbox: the query check, its allow-lists and the sandboxed connection."""
