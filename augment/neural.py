@@ -32,57 +32,101 @@ def model_revision(ref: str, config: Any) -> str:
 
 
 class Seq2SeqFamily:
-    """What differs between model families: language checks, source tokens, forced target."""
+    """What differs between model families: language checks, source tokens, forced target.
+    This base is a bilingual model's (Marian): nothing to check or set, no forced token."""
 
     def __init__(self, ref: str, tokenizer: Any, config: Any) -> None:
         self.ref, self.tokenizer, self.config = ref, tokenizer, config
-        name = type(tokenizer).__name__
-        if config.model_type == "fsmt":
-            self.kind = "fsmt"
-        elif config.model_type == "marian":
-            self.kind = "marian"
-        elif name.startswith("Nllb"):
-            self.kind = "nllb"
-        elif config.model_type == "m2m_100":
-            self.kind = "m2m100"
-        else:
-            raise EngineError(f"{ref}: model type '{config.model_type}' is not a supported translation model")
+
+    @staticmethod
+    def matches(tokenizer: Any, config: Any) -> bool:
+        return config.model_type == "marian"
 
     def check(self, src: str, tgt: str) -> None:
-        if self.kind == "fsmt" and list(self.config.langs) != [src, tgt]:
-            raise EngineError(f"{self.ref} translates {'>'.join(self.config.langs)}, not {src}>{tgt}")
-        for lang in (src, tgt):
-            if self.kind == "nllb" and not self._known(NLLB_CODES.get(lang)):
-                raise EngineError(f"{self.ref}: no NLLB language code for '{lang}' (known: {sorted(NLLB_CODES)})")
-            if self.kind == "m2m100" and not self._known(self._m2m100_token(lang)):
-                raise EngineError(f"{self.ref}: M2M100 has no language '{lang}'")
+        """Refuses a language pair the model cannot translate, naming it."""
 
-    def _m2m100_token(self, lang: str) -> str | None:
-        try:
-            return self.tokenizer.get_lang_token(lang)
-        except KeyError:
-            return None
+    def set_source(self, src: str) -> None:
+        """Tells the tokenizer the source language, for the tokens it adds to the input."""
+
+    def target_token(self, tgt: str) -> str | None:
+        """The token generation starts with, where the model needs the target forced."""
+        return None
 
     def _known(self, token: str | None) -> bool:
         # Language tokens are added tokens: get_vocab() may not list them, ids do.
         return token is not None and self.tokenizer.convert_tokens_to_ids(token) != self.tokenizer.unk_token_id
 
-    def set_source(self, src: str) -> None:
-        if self.kind == "nllb":
-            self.tokenizer.src_lang = NLLB_CODES[src]
-        elif self.kind == "m2m100":
-            self.tokenizer.src_lang = src
-
-    def target_token(self, tgt: str) -> str | None:
-        if self.kind == "nllb":
-            return NLLB_CODES[tgt]
-        if self.kind == "m2m100":
-            return self.tokenizer.get_lang_token(tgt)
-        return None
-
     def max_source_tokens(self) -> int:
         limits = [getattr(self.config, "max_position_embeddings", None), self.tokenizer.model_max_length]
         return min(limit for limit in limits if limit and limit < 10**9)
+
+
+class FsmtFamily(Seq2SeqFamily):
+    """FSMT (WMT'19): one language pair a model, named in its config."""
+
+    @staticmethod
+    def matches(tokenizer: Any, config: Any) -> bool:
+        return config.model_type == "fsmt"
+
+    def check(self, src: str, tgt: str) -> None:
+        if list(self.config.langs) != [src, tgt]:
+            raise EngineError(f"{self.ref} translates {'>'.join(self.config.langs)}, not {src}>{tgt}")
+
+
+class NllbFamily(Seq2SeqFamily):
+    """NLLB-200 (an M2M100 model with its own tokenizer): FLORES-200 language codes."""
+
+    @staticmethod
+    def matches(tokenizer: Any, config: Any) -> bool:
+        return type(tokenizer).__name__.startswith("Nllb")
+
+    def check(self, src: str, tgt: str) -> None:
+        for lang in (src, tgt):
+            if not self._known(NLLB_CODES.get(lang)):
+                raise EngineError(f"{self.ref}: no NLLB language code for '{lang}' (known: {sorted(NLLB_CODES)})")
+
+    def set_source(self, src: str) -> None:
+        self.tokenizer.src_lang = NLLB_CODES[src]
+
+    def target_token(self, tgt: str) -> str | None:
+        return NLLB_CODES[tgt]
+
+
+class M2m100Family(Seq2SeqFamily):
+    """M2M100: ISO 639-1 codes, each language a token of the tokenizer."""
+
+    @staticmethod
+    def matches(tokenizer: Any, config: Any) -> bool:
+        return config.model_type == "m2m_100"
+
+    def check(self, src: str, tgt: str) -> None:
+        for lang in (src, tgt):
+            if not self._known(self._lang_token(lang)):
+                raise EngineError(f"{self.ref}: M2M100 has no language '{lang}'")
+
+    def _lang_token(self, lang: str) -> str | None:
+        try:
+            return self.tokenizer.get_lang_token(lang)
+        except KeyError:
+            return None
+
+    def set_source(self, src: str) -> None:
+        self.tokenizer.src_lang = src
+
+    def target_token(self, tgt: str) -> str | None:
+        return self.tokenizer.get_lang_token(tgt)
+
+
+# In the order tried: NLLB before M2M100, whose model type NLLB shares.
+FAMILIES: tuple[type[Seq2SeqFamily], ...] = (FsmtFamily, Seq2SeqFamily, NllbFamily, M2m100Family)
+
+
+def seq2seq_family(ref: str, tokenizer: Any, config: Any) -> Seq2SeqFamily:
+    """The family of the model at `ref`, from its tokenizer and config."""
+    for family in FAMILIES:
+        if family.matches(tokenizer, config):
+            return family(ref, tokenizer, config)
+    raise EngineError(f"{ref}: model type '{config.model_type}' is not a supported translation model")
 
 
 def _load_tokenizer_and_config(ref: str):
@@ -120,7 +164,7 @@ class Seq2SeqEngine:
     def __init__(self, ref: str, src: str, tgt: str, max_batch_tokens: int = 4096) -> None:
         self.ref, self.src, self.tgt = ref, src, tgt
         self.tokenizer, self.hf_config = _load_tokenizer_and_config(ref)
-        self.family = Seq2SeqFamily(ref, self.tokenizer, self.hf_config)
+        self.family = seq2seq_family(ref, self.tokenizer, self.hf_config)
         self.family.check(src, tgt)
         self.model = ref
         self.revision = model_revision(ref, self.hf_config)

@@ -9,18 +9,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from viewmill.storage.extension_points import RegistryError
 from viewmill.train.embedded import EMBEDDED
 from viewmill.train.encoder import EMBEDDED_PREFIX
+from viewmill.train.evaluation.sts import STS_FORMATS
+
+from viewmill.registry import RegistryError
 
 STAGED_SUFFIX = ".staged"  # the train stage exports to `<model>.staged`, then renames it into place
-# Evaluation files and folders whose Hugging Face data set is known: name -> (hub id, split).
-STS_FILES = {
-    "sts-train.csv": ("mteb/stsbenchmark-sts", "train"),
-    "sts-dev.csv": ("mteb/stsbenchmark-sts", "validation"),
-    "sts-test.csv": ("mteb/stsbenchmark-sts", "test"),
-    **{f"STS{year}-en-test": (f"mteb/sts{year}-sts", "test") for year in range(12, 17)},
-}
 # Corpus folders (the data registry's, ../shared/data's) whose data set is known.
 CORPUS_FOLDERS = {"snli": "stanfordnlp/snli", "snli_senteval": "stanfordnlp/snli"}
 EVALUATION = "evaluation"  # manifest key: the test rows of the run that trained the model, as its card shows them
@@ -34,27 +29,12 @@ def card_name(out_dir: Path, manifest: Mapping[str, Any]) -> str:
 
 def task_dataset(task: Any) -> dict[str, str | None] | None:
     """{"id", "config", "split"} of an evaluation task's Hugging Face data set where its files
-    are a known one (STS-B, STS12-16, SICK's full files, STS 2017, stsb-multi-mt); None for
-    files of one's own. `task` is a task object or its JSON form (a manifest's dev task)."""
+    are a known one (its STS format's `dataset`: STS-B, STS12-16, SICK's full files, STS 2017,
+    stsb-multi-mt); None for files of one's own. `task` is a task object or its JSON form (a
+    manifest's dev task)."""
     get = task.get if isinstance(task, Mapping) else lambda key: getattr(task, key, None)
-    fmt, name = get("format"), Path(str(get("path") or "")).name
-    if fmt in ("stsb", "senteval-sts") and name in STS_FILES:
-        hub, split = STS_FILES[name]
-        return {"id": hub, "config": None, "split": split}
-    known = {
-        "sick-all": ("mteb/sickr-sts", None, "test"),  # MTEB's SICK-R is all 9,927 pairs, as sick-all scores
-        "sts17": ("mteb/sts17-crosslingual-sts", get("track"), "test"),
-        "stsb-xling": ("PhilipMay/stsb_multi_mt", _stsb_multi_mt_config(get("lang_a"), get("lang_b")), get("split")),
-    }
-    if fmt in known:
-        hub, config, split = known[fmt]
-        return {"id": hub, "config": config, "split": split}
-    return None
-
-
-def _stsb_multi_mt_config(lang_a: str | None, lang_b: str | None) -> str | None:
-    # The hub set has one config per language; English s1 with s2 in lang_b reads that config's s2.
-    return lang_b if lang_a in (None, "en", lang_b) else f"{lang_a}-{lang_b}"
+    fmt = get("format")
+    return STS_FORMATS[fmt].dataset(get) if fmt in STS_FORMATS else None
 
 
 def corpus_datasets(fmt: str, files: list[Any]) -> list[str]:

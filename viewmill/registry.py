@@ -1,4 +1,4 @@
-"""Named extension points (engines, augmenters, objectives, readers): viewmill's own entries
+"""Named extension points (engines, augmenters, objectives, readers, STS formats): viewmill's own entries
 plus third-party ones declared as Python entry points, e.g. in a plugin's pyproject.toml:
 
     [project.entry-points."viewmill.engines"]

@@ -1,6 +1,6 @@
-"""A corpus source as batches of lines for ingest: Arrow arrays straight from text and
-Parquet files (no Python object per line), any other reader's records grouped. Malformed
-records come between batches, where the reader met them."""
+"""A corpus source as batches of lines for ingest: Arrow arrays from a reader that reads
+batches itself (`Reader.batches`: text and Parquet files, no Python object per line), any
+other reader's records grouped. Malformed records come between batches, where the reader met them."""
 
 from __future__ import annotations
 
@@ -10,13 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from viewmill.augment.ingest.file_chunks import line_offsets
-from viewmill.augment.ingest.readers import READERS, RawLine, ReadOptions, Record, not_text, open_parquet
-from viewmill.augment.ingest.source_files import Malformed, decode_line, require_file, require_utf8, source_chunks
+from viewmill.augment.ingest.readers import READERS, RawLine, ReadOptions, Record
+from viewmill.augment.ingest.source_files import Malformed
 
 BATCH_RECORDS = 4096  # a reader's records grouped at most this many at a time
-PARQUET_BATCH = 65536
 
 
 @dataclass(frozen=True)
@@ -41,13 +38,12 @@ Room = Callable[[], int]  # how many more records ingest may take (it stops when
 
 
 def line_batches(fmt: str, path: Path, options: ReadOptions, room: Room) -> Iterator[LineBatch | Malformed]:
-    """The source's lines in batches; a reader's records are grouped no more than `room()` at a
-    time, so ingest reads no record past the one it stops at (as it did one by one)."""
-    if fmt == "text":
-        return text_batches(path)
-    if fmt == "parquet":
-        return parquet_batches(path, options)
-    return record_batches(READERS[fmt](path, options), room)
+    """The source's lines in batches: the reader's own (`Reader.batches`), else its records grouped
+    no more than `room()` at a time, so ingest reads no record past the one it stops at."""
+    reader = READERS[fmt]
+    if reader.batches is not None:
+        return reader.batches(path, options)
+    return record_batches(reader(path, options), room)
 
 
 def record_batches(records: Iterable[Record], room: Room) -> Iterator[LineBatch | Malformed]:
@@ -73,55 +69,3 @@ def _of_records(records: list[RawLine]) -> LineBatch:
     except (pa.ArrowException, UnicodeEncodeError):  # a lone surrogate: the Python lane reads these
         lines = None
     return LineBatch(records[0].file, lines, np.array([record.row for record in records], np.int64), records)
-
-
-def text_batches(path: Path) -> Iterator[LineBatch | Malformed]:
-    """`read_text_file`'s lines, a block of the file at a time in one Arrow array."""
-    require_file(path)
-    require_utf8(path)
-    row = 0
-    for chunk in source_chunks(path):
-        offsets = line_offsets(chunk)
-        count = len(offsets) - 1
-        lines = _utf8_lines(chunk, offsets)
-        if lines is None:  # a line is not UTF-8: each read as `iter_lines` reads it
-            decoded = (decode_line(path, at, raw) for at, raw in enumerate(chunk.splitlines(), start=row + 1))
-            records = (
-                line if isinstance(line, Malformed) else RawLine(line, str(path), at)
-                for at, line in enumerate(decoded, start=row + 1)
-            )
-            yield from record_batches(records, lambda: BATCH_RECORDS)
-        else:
-            yield LineBatch(str(path), lines, np.arange(row + 1, row + count + 1))
-        row += count
-
-
-def _utf8_lines(chunk: bytes, offsets: np.ndarray) -> pa.Array | None:
-    """The chunk's lines without their breaks, or None when one of them is not UTF-8."""
-    big = len(chunk) >= 2**31
-    kind, width = (pa.large_string(), np.int64) if big else (pa.string(), np.int32)
-    buffers = [None, pa.py_buffer(offsets.astype(width)), pa.py_buffer(chunk)]
-    lines = pa.Array.from_buffers(kind, len(offsets) - 1, buffers)
-    try:
-        lines.validate(full=True)
-    except pa.ArrowInvalid:
-        return None
-    return pc.utf8_rtrim(lines, "\r\n").cast(pa.string())
-
-
-def parquet_batches(path: Path, options: ReadOptions) -> Iterator[LineBatch | Malformed]:
-    """`read_parquet`'s values: a batch of text values as it is, one with a null or another type
-    value by value."""
-    parquet, column = open_parquet(path, options)
-    row = 0
-    for batch in parquet.iter_batches(columns=[column], batch_size=PARQUET_BATCH):
-        values = batch.column(0)
-        if (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)) and not values.null_count:
-            yield LineBatch(str(path), values.cast(pa.string()), np.arange(row + 1, row + len(values) + 1))
-        else:
-            records = (
-                RawLine(value, str(path), at) if isinstance(value, str) else not_text(path, at, column, value)
-                for at, value in enumerate(values.to_pylist(), start=row + 1)
-            )
-            yield from record_batches(records, lambda: BATCH_RECORDS)
-        row += len(values)

@@ -77,6 +77,9 @@ class Reader:
     yields_nli_pairs: bool = False  # records carry pair_id, role and nli_label: entailment views, NLI negatives
     split_of: Callable[[str], str | None] = split_in_name  # the data split a source holds
     link_files: Callable[[list[Path]], list[Path]] = _no_link_files  # files read only for the sources' NLI pairs
+    # Ingest's fast path: the source's lines as `line_batches.LineBatch`es (Arrow arrays) and
+    # `Malformed` records between them, read as `read` reads them; None: `read`'s records, grouped.
+    batches: Callable[[Path, ReadOptions], Iterator[object]] | None = None
 
     def __call__(self, path: Path, options: ReadOptions) -> Iterator[Record]:
         return self.read(path, options)
@@ -270,11 +273,9 @@ def senteval_link_files(files: list[Path]) -> list[Path]:
     return [p for p in partners if p.resolve() not in listed and p.is_file()]
 
 
-TEXT = Reader(read_text_file)
 SENTEVAL = Reader(read_senteval_nli, yields_nli_pairs=True, split_of=senteval_split, link_files=senteval_link_files)
 NLI_JSONL = Reader(read_nli_jsonl, yields_nli_pairs=True)
 CSV = Reader(read_csv, needs_text_column=True)
-PARQUET = Reader(read_parquet, needs_text_column=True)
 HF = Reader(read_hf_dataset, reads_files=False, needs_text_column=True)
 
 
@@ -294,12 +295,12 @@ READERS: Registry[Reader] = Registry(
     "viewmill.readers",
     "corpus format",
     {
-        "text": "viewmill.augment.ingest.readers:TEXT",
+        "text": "viewmill.augment.ingest.arrow_formats:TEXT",
         "book": "viewmill.augment.ingest.book:BOOK",
         "senteval": "viewmill.augment.ingest.readers:SENTEVAL",
         "nli-jsonl": "viewmill.augment.ingest.readers:NLI_JSONL",
         "csv": "viewmill.augment.ingest.readers:CSV",
-        "parquet": "viewmill.augment.ingest.readers:PARQUET",
+        "parquet": "viewmill.augment.ingest.arrow_formats:PARQUET",
         "hf": "viewmill.augment.ingest.readers:HF",
     },
     check=_reader,

@@ -242,15 +242,16 @@ def eval_models(
 
 
 def plugins() -> None:
-    """List the names recipes can use: augmenter methods, engines, objectives and corpus formats
-    (viewmill's own, then installed plugins' from their entry points)."""
+    """List the names recipes can use: augmenter methods, engines, objectives, corpus formats and
+    STS formats (viewmill's own, then installed plugins' from their entry points)."""
     from viewmill.augment.augmenters import AUGMENTERS
     from viewmill.augment.engines import ENGINES
     from viewmill.augment.ingest.readers import READERS
+    from viewmill.train.evaluation.sts import STS_FORMATS
     from viewmill.train.objectives import OBJECTIVES
 
     try:
-        for registry in (AUGMENTERS, ENGINES, OBJECTIVES, READERS):
+        for registry in (AUGMENTERS, ENGINES, OBJECTIVES, READERS, STS_FORMATS):
             console.print(f"{registry.kind}s [{registry.group}]: {registry.help()}", highlight=False, markup=False)
     except ValueError as exc:  # a broken or clashing plugin
         fail(exc)

@@ -160,7 +160,7 @@ DATASETS: tuple[Dataset, ...] = (
         ),
         notes=(
             "track 6 (tr-en) ships 500 input lines for 250 gold scores: the evaluator skips it with that "
-            "reason unless gold_alignment: first-lines is set (train/evaluation/sts.py)",
+            "reason unless gold_alignment: first-lines is set (train/evaluation/sts_formats.py)",
         ),
     ),
     Dataset(

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import csv
 import functools
-import io
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from scipy.stats import spearmanr
-from viewmill.storage.datasets import missing_hint
+from viewmill.storage.datasets.fetching import missing_hint
 
+from viewmill.registry import Registry, RegistryError
 from viewmill.specs import Spec
 
 
@@ -32,19 +32,12 @@ class StsData:
     skipped: str | None = None  # why this set is not scored (it cannot be read reliably)
 
 
-# SemEval-2017 Task 1 tracks by language pair (es-en is track 4a, SNLI-derived, as in
-# SentEval and MTEB; track 4b is the WMT subset).
-STS17_TRACKS = {
-    "ar-ar": "track1.ar-ar", "ar-en": "track2.ar-en", "es-es": "track3.es-es", "es-en": "track4a.es-en",
-    "es-en-wmt": "track4b.es-en", "en-en": "track5.en-en", "tr-en": "track6.tr-en",
-}  # fmt: skip
-
-
 LANG = r"^[a-z]{2,3}$"  # an ISO 639 code, as stsb-multi-mt names its files
 
 
 class StsTask(Spec):
-    """One STS benchmark. Formats:
+    """One STS benchmark. `format` is a registered STS format (`STS_FORMATS`, a plugin's in the
+    entry-point group `viewmill.sts_formats`); viewmill's own:
 
     - `stsb`: an STS Benchmark csv; `sick`: one SICK file (SentEval's SICK-R uses the test
       file, 4,927 pairs); `sick-all`: a folder with SICK's train, trial and test files
@@ -64,7 +57,7 @@ class StsTask(Spec):
     """
 
     name: str
-    format: Literal["stsb", "sick", "sick-all", "senteval-sts", "sts17", "stsb-xling"]
+    format: str
     path: Path
     gold_path: Path | None = None
     lang_a: str | None = Field(None, pattern=LANG)  # stsb-xling only: the first sentences' language (default en)
@@ -73,26 +66,94 @@ class StsTask(Spec):
     track: str | None = None
     gold_alignment: Literal["strict", "first-lines"] = "strict"
 
+    @field_validator("format")
+    @classmethod
+    def _registered_format(cls, fmt: str) -> str:
+        if fmt not in STS_FORMATS:
+            raise ValueError(STS_FORMATS.unknown(fmt))
+        return fmt
+
     @model_validator(mode="after")
     def _settings_of_the_format(self) -> StsTask:
-        if self.format == "sts17" and self.track not in STS17_TRACKS:
-            raise ValueError(
-                f"sts17 is scored per track: set track to one of {', '.join(STS17_TRACKS)} (one task per track; "
-                "the concatenation of all tracks is not a meaningful score)"
-            )
-        if self.format != "sts17" and (self.track is not None or self.gold_alignment != "strict"):
-            raise ValueError("track and gold_alignment apply to format sts17 only")
-        if self.format != "stsb-xling":
-            if (self.split, self.lang_a, self.lang_b) != (None, None, None):
-                raise ValueError("split, lang_a and lang_b apply to format stsb-xling only (others name their files)")
-            return self
-        if self.lang_b is None:
-            raise ValueError("stsb-xling needs lang_b, the second sentences' language (e.g. de; lang_a: en by default)")
-        self.split, self.lang_a = self.split or "test", self.lang_a or "en"
+        entry = STS_FORMATS[self.format]
+        _refuse_unread_settings(self, entry)
+        entry.check(self)
         return self
 
 
-def _read_text(path: Path) -> str:
+# The optional settings a format may read, with their defaults; a format's entry names those it reads.
+FORMAT_SETTINGS = {"track": None, "gold_alignment": "strict", "split": None, "lang_a": None, "lang_b": None}
+
+
+def _refuse_unread_settings(task: StsTask, entry: StsFormat) -> None:
+    stray = [name for name, default in FORMAT_SETTINGS.items()
+             if name not in entry.settings and getattr(task, name) != default]  # fmt: skip
+    if not stray:
+        return
+    settings = _settings_read()
+    readers = [fmt for fmt, read in settings.items() if stray[0] in read]
+    group = [name for name in FORMAT_SETTINGS if any(name in settings[fmt] for fmt in readers)]
+    listed = " and ".join(filter(None, (", ".join(group[:-1]), group[-1])))
+    formats = f"format{'s' if len(readers) > 1 else ''} {', '.join(readers)}"
+    raise ValueError(f"{listed} apply to {formats} only: remove them from task {task.name}")
+
+
+def _settings_read() -> dict[str, tuple[str, ...]]:
+    """Each format's settings, for a message: a plugin that cannot be loaded is left out (a
+    task of its own format says why), so it never hides the task's own mistake."""
+    read = {}
+    for fmt in STS_FORMATS.names():
+        try:
+            read[fmt] = STS_FORMATS[fmt].settings
+        except RegistryError:
+            continue
+    return read
+
+
+def _as_it_is(task: StsTask) -> None:
+    return None
+
+
+def _no_dataset(get: Callable[[str], Any]) -> dict[str, str | None] | None:
+    return None
+
+
+@dataclass(frozen=True)
+class StsFormat:
+    """An STS task format, the registry's entry: what evaluation, the recipe and model cards
+    rely on (a plugin sets them as viewmill's own formats do)."""
+
+    load: Callable[[StsTask], dict[str, StsData]]  # the task's data by subset; a single set is the subset "all"
+    settings: tuple[str, ...] = ()  # the FORMAT_SETTINGS it reads; a task of this format sets no others
+    check: Callable[[StsTask], None] = _as_it_is  # its settings checked (ValueError naming the fix), defaults filled
+    # For model cards: {"id", "config", "split"} of the Hugging Face data set a task's files are,
+    # from the task's settings (`get(key)`: a task object's or its JSON form's); None if unknown.
+    dataset: Callable[[Callable[[str], Any]], dict[str, str | None] | None] = _no_dataset
+
+
+def _sts_format(value: object) -> StsFormat:
+    if not isinstance(value, StsFormat):
+        raise RegistryError(f"an STS format must be a viewmill.train.evaluation.sts.StsFormat, not {value!r}")
+    return value
+
+
+# STS task formats; plugins add theirs in the entry-point group `viewmill.sts_formats`.
+STS_FORMATS: Registry[StsFormat] = Registry(
+    "viewmill.sts_formats",
+    "STS format",
+    {
+        "stsb": "viewmill.train.evaluation.sts_formats:STSB",
+        "sick": "viewmill.train.evaluation.sts_formats:SICK",
+        "sick-all": "viewmill.train.evaluation.sts_formats:SICK_ALL",
+        "senteval-sts": "viewmill.train.evaluation.sts_formats:SENTEVAL_STS",
+        "sts17": "viewmill.train.evaluation.sts_formats:STS17",
+        "stsb-xling": "viewmill.train.evaluation.sts_formats:STSB_XLING",
+    },
+    check=_sts_format,
+)
+
+
+def read_text(path: Path) -> str:
     if not path.is_file():
         fix = missing_hint(path) or " (fix evaluate.tasks[].path in the recipe)"
         raise EvalDataError(f"evaluation file not found: {path}{fix}")
@@ -105,7 +166,7 @@ def _read_text(path: Path) -> str:
 def load_stsb(path: Path) -> StsData:
     """STS Benchmark csv: tab separated genre, file, year, id, score, s1, s2 (sometimes more columns)."""
     s1, s2, gold = [], [], []
-    for line_no, line in enumerate(_read_text(path).splitlines(), start=1):
+    for line_no, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         cols = line.split("\t")
@@ -122,7 +183,7 @@ def load_stsb(path: Path) -> StsData:
 
 def load_sick(path: Path) -> StsData:
     """SICK with a header row: pair_ID, sentence_A, sentence_B, relatedness_score, ..."""
-    rows = list(csv.DictReader(_read_text(path).splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = list(csv.DictReader(read_text(path).splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
     needed = {"sentence_A", "sentence_B", "relatedness_score"}
     if not rows or not needed <= set(rows[0]):
         raise EvalDataError(f"{path}: expected a SICK header with {', '.join(sorted(needed))}")
@@ -158,18 +219,18 @@ def load_sts_subsets(inputs: Path, gold_dir: Path | None = None) -> dict[str, St
         gold_file = gold_dir / f"STS.gs.{subset}.txt"
         if not gold_file.is_file():
             raise EvalDataError(f"{input_file} has no gold file {gold_file}: copy it beside the inputs")
-        pairs, scores = _read_text(input_file).splitlines(), _read_text(gold_file).splitlines()
+        pairs, scores = read_text(input_file).splitlines(), read_text(gold_file).splitlines()
         if len(pairs) != len(scores):
             raise EvalDataError(
                 f"{gold_file} has {len(scores)} lines but {input_file} has {len(pairs)}: they must line up"
             )
-        subsets[subset] = _scored_pairs(input_file, gold_file, pairs, scores, subset)
+        subsets[subset] = scored_pairs(input_file, gold_file, pairs, scores, subset)
     if not subsets:
         raise EvalDataError(f"{inputs} holds no STS.input.*.txt files")
     return subsets
 
 
-def _scored_pairs(input_file: Path, gold_file: Path, pairs: list[str], scores: list[str], label: str) -> StsData:
+def scored_pairs(input_file: Path, gold_file: Path, pairs: list[str], scores: list[str], label: str) -> StsData:
     s1, s2, gold, unscored = [], [], [], 0
     for line_no, (pair, score) in enumerate(zip(pairs, scores, strict=True), start=1):
         if not score.strip():
@@ -187,77 +248,9 @@ def _scored_pairs(input_file: Path, gold_file: Path, pairs: list[str], scores: l
     return StsData(s1, s2, np.asarray(gold), f"{len(gold)} scored pairs of {label}", unscored)
 
 
-def load_sts17_track(task: StsTask) -> StsData:
-    """One STS 2017 track. Input and gold files of different lengths skip the track (with the
-    reason), or with gold_alignment first-lines score the first len(gold) input lines."""
-    assert task.track is not None
-    name = STS17_TRACKS[task.track]
-    if not task.path.is_dir():
-        raise EvalDataError(f"STS 2017 folder not found: {task.path}{missing_hint(task.path)}")
-    input_file = task.path / f"STS.input.{name}.txt"
-    gold_file = (task.gold_path or task.path) / f"STS.gs.{name}.txt"
-    pairs, scores = _read_text(input_file).splitlines(), _read_text(gold_file).splitlines()
-    label = f"STS 2017 {name}"
-    if len(pairs) != len(scores):
-        if task.gold_alignment == "strict" or len(pairs) < len(scores):
-            return StsData([], [], np.zeros(0), f"skipped: {label}", skipped=(
-                f"{input_file.name} has {len(pairs)} lines but {gold_file.name} {len(scores)}: track skipped "
-                "(gold_alignment: first-lines scores the first input lines, as SentEval does)"
-            ))  # fmt: skip
-        pairs = pairs[: len(scores)]
-        label += f" (first {len(scores)} input lines, gold_alignment first-lines)"
-    return _scored_pairs(input_file, gold_file, pairs, scores, label)
-
-
-def _stsb_multi_mt_rows(path: Path) -> tuple[list[tuple[str, str]], list[float]]:
-    """One stsb-multi-mt file: sentence1, sentence2, score per row (csv, quoted where needed)."""
-    pairs, gold = [], []
-    for row_no, row in enumerate(csv.reader(io.StringIO(_read_text(path), newline="")), start=1):
-        if len(row) != 3:
-            raise EvalDataError(f"{path}: row {row_no} has {len(row)} columns, expected sentence1, sentence2, score")
-        try:
-            gold.append(float(row[2]))
-        except ValueError:
-            raise EvalDataError(f"{path}: row {row_no}: score '{row[2]}' is not a number") from None
-        pairs.append((row[0], row[1]))
-    return pairs, gold
-
-
-def load_stsb_multi_mt(folder: Path, lang_a: str, lang_b: str, split: str) -> StsData:
-    """First sentences in `lang_a` with second sentences in `lang_b`: stsb-multi-mt's files are
-    one set translated, row by row, so two languages' files must agree on row count and scores."""
-    path_a, path_b = (folder / f"stsb-{lang}-{split}.csv" for lang in (lang_a, lang_b))
-    pairs_a, gold = _stsb_multi_mt_rows(path_a)
-    pairs_b, gold_b = _stsb_multi_mt_rows(path_b) if lang_b != lang_a else (pairs_a, gold)
-    if len(pairs_a) != len(pairs_b):
-        raise EvalDataError(
-            f"{path_b.name} has {len(pairs_b)} rows, {path_a.name} {len(pairs_a)}: stsb-multi-mt files line up "
-            "row by row (fetch them again: viewmill data fetch stsb-multi-mt)"
-        )
-    differ = next((i for i, (a, b) in enumerate(zip(gold, gold_b, strict=True)) if a != b), None)
-    if differ is not None:
-        raise EvalDataError(
-            f"{path_b.name} row {differ + 1} has score {gold_b[differ]}, {path_a.name} {gold[differ]}: the files do "
-            "not line up (stsb-multi-mt's translations share each row's score; fetch them again)"
-        )
-    kind = "one language" if lang_a == lang_b else "cross-lingual"
-    return StsData(
-        [a for a, _ in pairs_a], [b for _, b in pairs_b], np.asarray(gold),
-        f"all {len(gold)} pairs of STS-B {split}, s1 {lang_a}, s2 {lang_b} ({kind}, stsb-multi-mt)",
-    )  # fmt: skip
-
-
 def load_task(task: StsTask) -> dict[str, StsData]:
-    """The task's data by subset; single-file formats have the one subset "all"."""
-    if task.format == "senteval-sts":
-        return load_sts_subsets(task.path, task.gold_path)
-    if task.format == "sts17":
-        return {"all": load_sts17_track(task)}
-    if task.format == "stsb-xling":
-        if not task.path.is_dir():
-            raise EvalDataError(f"stsb-multi-mt folder not found: {task.path}{missing_hint(task.path)}")
-        return {"all": load_stsb_multi_mt(task.path, task.lang_a, task.lang_b, task.split)}
-    return {"all": LOADERS[task.format](task.path)}
+    """The task's data by subset; single-set formats have the one subset "all"."""
+    return STS_FORMATS[task.format].load(task)
 
 
 def concatenated(subsets: dict[str, StsData]) -> StsData:
@@ -286,9 +279,6 @@ def score_task(embed: Callable[[list[str]], np.ndarray], task: StsTask) -> list[
                      "n": len(whole.gold), "convention": f"unweighted mean over {len(subsets)} subsets (SentEval)",
                      "unscored": whole.unscored})  # fmt: skip
     return rows
-
-
-LOADERS: dict[str, Callable[[Path], StsData]] = {"stsb": load_stsb, "sick": load_sick, "sick-all": load_sick_all}
 
 
 class Embedder:
