@@ -11,10 +11,10 @@ import typer
 from viewmill.pipelines.cli.common import (
     CatalogOption,
     StateDir,
+    catalog_spec,
     console,
     err_console,
     fail,
-    load_settings,
     user_errors,
 )
 from viewmill.pipelines.cli.output import MAX_ROWS, OutputError, OutputFormat, output_format, write_result
@@ -23,39 +23,47 @@ from viewmill.storage.sql.sandbox import QueryLimits, query_stream
 
 QUERY_FILE_LIMIT = 1 << 20  # a query, not a data file: 1 MiB
 
+QueryArgument = Annotated[
+    str | None, typer.Argument(help="one DuckDB SQL query over the lake's tables; - reads it from stdin")
+]
+QueryFileOption = Annotated[
+    Path | None, typer.Option("--file", "-f", help="read the query from this file (- for stdin)")
+]
+FormatOption = Annotated[
+    OutputFormat | None,
+    typer.Option(
+        "--format",
+        help="table (the default on the terminal); csv (nested values as JSON text), json or jsonl (one object "
+        "a line) or parquet (needs --output); with --output, the default is the file's suffix",
+        show_default=False,
+    ),
+]
+OutputOption = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="write the result to this file (not inside the lake), e.g. out.parquet"),
+]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", metavar="SECONDS", help="stop the command (query and output) after this long")
+]
+MemoryOption = Annotated[
+    str, typer.Option("--memory", metavar="SIZE", help="the query's memory limit (nothing spills to disk)")
+]
+MaxRowsOption = Annotated[
+    int, typer.Option("--max-rows", min=1, metavar="N", help="rows the table shows (--output FILE writes all)")
+]
+
 
 def sql(
     ctx: typer.Context,
-    query: Annotated[
-        str | None, typer.Argument(help="one DuckDB SQL query over the lake's tables; - reads it from stdin")
-    ] = None,
-    query_file: Annotated[
-        Path | None, typer.Option("--file", "-f", help="read the query from this file (- for stdin)")
-    ] = None,
+    query: QueryArgument = None,
+    query_file: QueryFileOption = None,
     state_dir: StateDir = None,
     catalog: CatalogOption = None,
-    fmt: Annotated[
-        OutputFormat | None,
-        typer.Option(
-            "--format",
-            help="table (the default on the terminal); csv (nested values as JSON text), json or jsonl (one object "
-            "a line) or parquet (needs --output); with --output, the default is the file's suffix",
-            show_default=False,
-        ),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="write the result to this file (not inside the lake), e.g. out.parquet"),
-    ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", metavar="SECONDS", help="stop the command (query and output) after this long")
-    ] = QueryLimits.timeout_s,
-    memory: Annotated[
-        str, typer.Option("--memory", metavar="SIZE", help="the query's memory limit (nothing spills to disk)")
-    ] = QueryLimits.memory,
-    max_rows: Annotated[
-        int, typer.Option("--max-rows", min=1, metavar="N", help="rows the table shows (--output FILE writes all)")
-    ] = MAX_ROWS,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+    timeout: TimeoutOption = QueryLimits.timeout_s,
+    memory: MemoryOption = QueryLimits.memory,
+    max_rows: MaxRowsOption = MAX_ROWS,
 ) -> None:
     """Answer an ad hoc question over the lake: one read-only query, under a time and memory
     limit; only the result goes to stdout."""
@@ -67,8 +75,7 @@ def sql(
     try:
         limits = QueryLimits(timeout_s=timeout, memory=memory)
         root = StatePaths.resolve(state_dir).lake
-        spec = load_settings(catalog).catalog_spec()
-        with query_stream(root, text, catalog=spec, limits=limits, output=output) as stream:
+        with query_stream(root, text, catalog=catalog_spec(catalog), limits=limits, output=output) as stream:
             rows = write_result(stream, stream.schema, fmt, output, memory=memory, max_rows=max_rows,
                                 console=console, check_time=stream.check_time)  # fmt: skip
     except MemoryError:  # Python's side of the result: one message, naming the flag
