@@ -16,10 +16,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from viewmill.storage.extension_points import RegistryError
 from viewmill.train.dev_scores import DevSelection
 from viewmill.train.objectives import OBJECTIVES
 
+from viewmill.registry import RegistryError
 from viewmill.specs import Seed, Spec, non_finite
 from viewmill.spelling import did_you_mean
 

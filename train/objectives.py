@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 from torch import nn
-from viewmill.storage.extension_points import Registry, RegistryError
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
 from viewmill.train.legacy_isbert import ReLUCNN  # noqa: F401  (the class path of IS-BERT exports before 0.2)
 from viewmill.train.pooling import exported_modules, mean_pool
 
+from viewmill.registry import Registry, RegistryError
 from viewmill.specs import Spec
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-from viewmill.storage.datasets import missing_hint
+from viewmill.storage.datasets.fetching import missing_hint
 from viewmill.train.evaluation.sts import EvalDataError
 
 from viewmill.specs import Seed, Spec
