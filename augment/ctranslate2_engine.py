@@ -8,9 +8,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from viewmill.augment.engines import DecodingSpec, Engine, EngineError, EngineOptions
+from viewmill.augment.engines import DecodingSpec, Engine, EngineError
 from viewmill.augment.models import load_once
-from viewmill.augment.neural import Seq2SeqEngine, batch_budget
+from viewmill.augment.neural import Seq2SeqEngine
 from viewmill.storage.files import build_dir_atomically, user_cache_dir
 from viewmill.storage.ids import fingerprint
 
@@ -59,34 +59,28 @@ class CT2Engine(Seq2SeqEngine):
     Conversion and loading happen at the first batch."""
 
     name = "ctranslate2"
+    compute_types = CT2_TYPES
 
-    def __init__(
-        self,
-        ref: str,
-        src: str,
-        tgt: str,
-        device: str = "cpu",
-        compute_type: str | None = None,
-        max_batch_tokens: int = 4096,
-    ) -> None:
-        super().__init__(ref, src, tgt, max_batch_tokens)
+    def default_compute_type(self, device: str) -> str:
+        return "int8" if device == "cpu" else "float16"
+
+    def _check_device(self, device: str) -> None:
         ctranslate2 = require("ctranslate2", "the ctranslate2 engine")
 
-        self.compute_type = compute_type or ("int8" if device == "cpu" else "float16")
-        if self.compute_type not in CT2_TYPES:
-            raise EngineError(f"ctranslate2 compute_type '{self.compute_type}' is not one of {', '.join(CT2_TYPES)}")
         if device.startswith("cuda") and ctranslate2.get_cuda_device_count() == 0:
-            raise EngineError(f"{ref}: device {device} asked for, but CTranslate2 sees no CUDA GPU: use device cpu")
-        self.device = device
-        self._hf_revision = self.revision
+            raise EngineError(
+                f"{self.ref}: device {device} asked for, but CTranslate2 sees no CUDA GPU: use device cpu"
+            )
+
+    def _output_revision(self) -> str:
         # One float32 conversion serves every compute type (quantised at load) ...
-        self.revision = f"{self.revision}:{self.compute_type}"  # ... but quantisation changes outputs
+        return f"{self.weights_revision}:{self.compute_type}"  # ... but quantisation changes outputs
 
     @cached_property
     def _converted(self) -> tuple[Path, list[list[str]] | None]:
         """The converted model's folder and the tokens to suppress: once per engine, not per
         translator (sampling loads one per call)."""
-        model_dir = convert_to_ct2(self.ref, self._hf_revision, self.hf_config.model_type)
+        model_dir = convert_to_ct2(self.ref, self.weights_revision, self.hf_config.model_type)
         # Some conversions drop the padding token (Marian's); suppress it where it exists.
         pad = self.tokenizer.pad_token
         return model_dir, [[pad]] if pad and pad in _target_vocabulary(model_dir) else None
@@ -182,12 +176,4 @@ class CT2Engine(Seq2SeqEngine):
         return out
 
 
-def _build_ct2(src: str, tgt: str, options: EngineOptions) -> CT2Engine:
-    assert options.model is not None
-    return CT2Engine(
-        options.model, src, tgt, device=options.device, compute_type=options.compute_type,
-        max_batch_tokens=batch_budget(options),
-    )  # fmt: skip
-
-
-CT2_ENGINE = Engine(_build_ct2, needs_model=True, description="the same models converted to CTranslate2")
+CT2_ENGINE = Engine(CT2Engine.from_options, needs_model=True, description="the same models converted to CTranslate2")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from viewmill.augment.engines import DecodingSpec, Engine, EngineError, EngineOptions
 from viewmill.augment.models import load_once
@@ -160,16 +160,52 @@ class Seq2SeqEngine:
     """Shared by both engines: loading, checks, batching, too-long inputs, output order."""
 
     name = "seq2seq"
+    compute_types: tuple[str, ...] = ()
 
-    def __init__(self, ref: str, src: str, tgt: str, max_batch_tokens: int = 4096) -> None:
+    def __init__(
+        self,
+        ref: str,
+        src: str,
+        tgt: str,
+        device: str = "cpu",
+        compute_type: str | None = None,
+        max_batch_tokens: int = 4096,
+    ) -> None:
         self.ref, self.src, self.tgt = ref, src, tgt
         self.tokenizer, self.hf_config = _load_tokenizer_and_config(ref)
         self.family = seq2seq_family(ref, self.tokenizer, self.hf_config)
         self.family.check(src, tgt)
         self.model = ref
-        self.revision = model_revision(ref, self.hf_config)
+        self.weights_revision = model_revision(ref, self.hf_config)
         self.max_batch_tokens = max_batch_tokens
         self.max_source = self.family.max_source_tokens()
+        self.compute_type = compute_type or self.default_compute_type(device)
+        if self.compute_type not in self.compute_types:
+            types = ", ".join(self.compute_types)
+            raise EngineError(f"{self.name} compute_type '{self.compute_type}' is not one of {types}")
+        self._check_device(device)
+        self.device = device
+        self.revision = self._output_revision()
+
+    @classmethod
+    def from_options(cls, src: str, tgt: str, options: EngineOptions) -> Self:
+        """The registry's build: an engine for one direction from a recipe's options."""
+        assert options.model is not None
+        return cls(
+            options.model, src, tgt, device=options.device, compute_type=options.compute_type,
+            max_batch_tokens=batch_budget(options),
+        )  # fmt: skip
+
+    def default_compute_type(self, device: str) -> str:
+        raise NotImplementedError
+
+    def _check_device(self, device: str) -> None:
+        """Loads the runtime (a missing one fails here) and refuses a GPU it does not see."""
+        raise NotImplementedError
+
+    def _output_revision(self) -> str:
+        """The revision views record: the weights', plus whatever changes their outputs."""
+        raise NotImplementedError
 
     def translate(self, texts: list[str], src: str, tgt: str, decoding: DecodingSpec) -> list[list[str]]:
         if (src, tgt) != (self.src, self.tgt):
@@ -214,27 +250,21 @@ class HFEngine(Seq2SeqEngine):
     """transformers generate(): greedy, beam search or sampling. Weights load at the first batch."""
 
     name = "hf"
+    compute_types = HF_DTYPES
 
-    def __init__(
-        self,
-        ref: str,
-        src: str,
-        tgt: str,
-        device: str = "cpu",
-        compute_type: str | None = None,
-        max_batch_tokens: int = 4096,
-    ) -> None:
-        super().__init__(ref, src, tgt, max_batch_tokens)
-        self.compute_type = compute_type or "float32"
-        if self.compute_type not in HF_DTYPES:
-            raise EngineError(f"hf compute_type '{self.compute_type}' is not one of {', '.join(HF_DTYPES)}")
-        if self.compute_type != "float32":
-            self.revision = f"{self.revision}:{self.compute_type}"  # half precision changes outputs
+    def default_compute_type(self, device: str) -> str:
+        return "float32"
+
+    def _check_device(self, device: str) -> None:
         import torch
 
         if device.startswith("cuda") and not torch.cuda.is_available():
-            raise EngineError(f"{ref}: device {device} asked for, but torch sees no CUDA GPU: use device cpu")
-        self.device = device
+            raise EngineError(f"{self.ref}: device {device} asked for, but torch sees no CUDA GPU: use device cpu")
+
+    def _output_revision(self) -> str:
+        if self.compute_type == "float32":
+            return self.weights_revision
+        return f"{self.weights_revision}:{self.compute_type}"  # half precision changes outputs
 
     @property
     def net(self) -> Any:
@@ -279,17 +309,11 @@ class HFEngine(Seq2SeqEngine):
         return [[t.strip() for t in texts[i * n : (i + 1) * n]] for i in range(len(batch_ids))]
 
 
-def _build_hf(src: str, tgt: str, options: EngineOptions) -> HFEngine:
-    assert options.model is not None
-    return HFEngine(
-        options.model, src, tgt, device=options.device, compute_type=options.compute_type,
-        max_batch_tokens=batch_budget(options),
-    )  # fmt: skip
-
-
 def batch_budget(options: EngineOptions) -> int:
     # GPUs keep getting faster up to batches of ~1,000 sentences (BENCHMARKS.md); CPUs do not.
     return options.max_batch_tokens or (4096 if options.device == "cpu" else 32768)
 
 
-HF_ENGINE = Engine(_build_hf, needs_model=True, description="transformers seq2seq models (FSMT, Marian, M2M100, NLLB)")
+HF_ENGINE = Engine(
+    HFEngine.from_options, needs_model=True, description="transformers seq2seq models (FSMT, Marian, M2M100, NLLB)"
+)
