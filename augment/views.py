@@ -141,11 +141,7 @@ def make_shard_views(
             on_progress(0, len(todo))
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
-            produced = producer.produce([(sid, text) for sid, text, _ in chunk], ctx)
-            rows = [
-                _view_row(spec, filters, config, sid, source, producer.lang or source_lang, view, run_id)
-                for (sid, source, source_lang), view in zip(chunk, produced, strict=True)
-            ]
+            rows = _chunk_rows(chunk, producer, ctx, spec, filters, config, run_id)
             if judge is not None and filters.meaning is not None:
                 judge.apply(lake, filters.meaning, rows, [source for _, source, _ in chunk])
             with lake.transaction():
@@ -158,6 +154,23 @@ def make_shard_views(
         if owned:
             producer.close()
     return report
+
+
+def _chunk_rows(
+    chunk: list[tuple[str, str, str]],
+    producer: Producer,
+    ctx: ProduceContext,
+    spec: AugmenterSpec,
+    filters: FilterSpec,
+    config: str,
+    run_id: str,
+) -> list[dict]:
+    """The views of `chunk` (sentence id, text, language each) as `views` rows."""
+    produced = producer.produce([(sid, text) for sid, text, _ in chunk], ctx)
+    return [
+        _view_row(spec, filters, config, sid, source, producer.lang or source_lang, view, run_id)
+        for (sid, source, source_lang), view in zip(chunk, produced, strict=True)
+    ]
 
 
 def _view_row(

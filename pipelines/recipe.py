@@ -5,29 +5,28 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import (
     BaseModel,
     Field,
-    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
-    model_serializer,
     model_validator,
 )
 from viewmill.augment.augmenters import AugmenterSpec
-from viewmill.augment.ingest.readers import READERS, ReadOptions, nli_formats
+from viewmill.augment.ingest.readers import READERS, nli_formats
 from viewmill.augment.quality import FilterSpec
 from viewmill.pipelines.messages import validation_lines
 from viewmill.pipelines.overrides import OverrideError
 from viewmill.pipelines.overrides import apply_overrides as overrides_applied
+from viewmill.pipelines.recipe_sections import CorpusSpec, ExecutionSpec, PairSpec
 from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
 from viewmill.pipelines.sweep_spec import SweepSpec
 from viewmill.storage.datasets import fetching
 from viewmill.storage.ids import canonical_json, fingerprint
-from viewmill.storage.negatives import NLI_SOURCE, NliContradictions
+from viewmill.storage.negatives import NLI_SOURCE
 from viewmill.train.config import TrainConfig
 from viewmill.train.evaluation.senteval import TransferTask
 from viewmill.train.evaluation.sts import StsTask
@@ -39,90 +38,10 @@ from viewmill.specs import Spec
 from viewmill.spelling import did_you_mean
 
 DEFAULT_EVAL_EVERY = 20
-MAX_SENTENCE_WORDS = 10_000  # corpus.min_words / max_words: far above any sentence
-MAX_CORPUS_SENTENCES = 10**12
 
 
 class RecipeError(ValueError):
     """A recipe is unusable; the message names the field or file and the fix."""
-
-
-class CorpusSpec(Spec):
-    name: str | None = Field(None, description="defaults to the recipe's name")
-    format: str = Field(
-        "text",
-        description="a registered corpus format: text, book, senteval, nli-jsonl, csv, parquet, hf or a plugin's",
-    )
-    files: list[Path] = Field(min_length=1, description="files; for hf, hub ids or save_to_disk directories")
-    lang: str = "en"
-    text_column: str | None = Field(None, description="csv, parquet and hf: the column with the text")
-    split: str = Field("train", description="hf: the dataset split")
-    config: str | None = Field(None, description="hf: the dataset configuration")
-    detokenize: bool = False
-    min_words: int = Field(3, ge=1, le=MAX_SENTENCE_WORDS)
-    max_words: int = Field(64, ge=1, le=MAX_SENTENCE_WORDS)
-    limit: int | None = Field(None, ge=1, le=MAX_CORPUS_SENTENCES)
-    on_error: Literal["stop", "skip"] = Field("stop", description="a malformed record stops the run, or is counted")
-
-    @field_validator("format")
-    @classmethod
-    def _registered_format(cls, fmt: str) -> str:
-        if fmt not in READERS:
-            raise ValueError(READERS.unknown(fmt))
-        return fmt
-
-    @model_validator(mode="after")
-    def _column_where_needed(self) -> CorpusSpec:
-        if READERS[self.format].needs_text_column and not self.text_column:
-            raise ValueError(f"format {self.format} needs text_column: the name of the column with the text")
-        return self
-
-    def read_options(self) -> ReadOptions:
-        return ReadOptions(lang=self.lang, text_column=self.text_column, split=self.split, config=self.config)
-
-
-class PairSpec(Spec):
-    """Which views of a sentence are paired: view_a with view_b (a list pairs view_a with each
-    of them: an English sentence with each of its forward translations), or `pairings`, a
-    list of [a, b] augmenter pairs taken together (English with each translation and the
-    translations with each other). `negatives` gives each pair hard negatives: a premise's
-    NLI contradictions, or texts an encoder mines."""
-
-    view_a: str | None = None
-    view_b: str | list[str] | None = None
-    pairings: list[tuple[str, str]] | None = Field(
-        None,
-        min_length=1,
-        description="instead of view_a/view_b: [a, b] augmenter pairs, e.g. [[en, fwd_pt], [fwd_pt, fwd_es]]",
-    )
-    negatives: Annotated[NliContradictions | MinedNegatives, Field(discriminator="source")] | None = None
-    keep_identical: bool | None = Field(
-        None,
-        description="keep pairs whose two texts are identical (dropped and counted by default: they teach nothing)",
-    )
-
-    @model_validator(mode="after")
-    def _one_form(self) -> PairSpec:
-        if self.pairings is not None and (self.view_a is not None or self.view_b is not None):
-            raise ValueError("give pair.pairings or pair.view_a with pair.view_b, not both")
-        if self.pairings is None and (self.view_a is None or self.view_b is None):
-            raise ValueError("pair needs view_a and view_b (or pairings: a list of [a, b] augmenter pairs)")
-        if len(set(self.pairs)) != len(self.pairs):
-            raise ValueError(f"pair lists a pairing twice: {[list(p) for p in self.pairs]}")
-        return self
-
-    @model_serializer(mode="wrap")
-    def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Recipe hashes from before `negatives` and `pairings` existed stay valid.
-        return {key: value for key, value in handler(self).items() if value is not None}
-
-    @property
-    def pairs(self) -> list[tuple[str, str]]:
-        """Every (a, b) augmenter pairing, in the recipe's order."""
-        if self.pairings is not None:
-            return [tuple(pairing) for pairing in self.pairings]
-        partners = [self.view_b] if isinstance(self.view_b, str) else list(self.view_b or [])
-        return [(str(self.view_a), b) for b in partners]
 
 
 class DevTask(StsTask):
@@ -170,21 +89,6 @@ class EvaluateSpec(Spec):
     tasks: list[EvalTask] = Field(description="the tasks; [] evaluates nothing (as `viewmill run --no-eval`)")
     baseline: bool = True
     batch_size: int = Field(64, ge=1, le=65536)
-
-
-class ExecutionSpec(Spec):
-    """How augmentation is cut into tasks; not part of what the views are."""
-
-    shard_sentences: int = Field(
-        5000, ge=1, le=MAX_CORPUS_SENTENCES, description="sentences per augmentation shard (the unit of retry)"
-    )
-    chunk_sentences: int = Field(
-        512, ge=1, le=10_000_000, description="sentences per commit inside a shard (what a kill can lose)"
-    )
-    retries: int = Field(3, ge=0, le=100, description="Prefect retries of a failed shard task")
-    retry_delay_s: float = Field(
-        10.0, ge=0, le=86_400, description="first retry delay (at most a day); doubles for each further retry"
-    )
 
 
 # Files and folders are named after the recipe (models/<name>-<id>.staged.partial-old-<pid>,

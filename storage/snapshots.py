@@ -107,18 +107,7 @@ def create_pairs_snapshot(
     The name is derived from the content (ids and texts, and the negatives), so the same pairs
     always give the same snapshot and an existing snapshot is never rewritten.
     """
-    if not lake.scalar("SELECT count(*) FROM corpus_versions WHERE corpus_version = ?", [corpus_version]):
-        raise LakeError(f"corpus version {corpus_version[:12]} of '{corpus}' is not in the lake: ingest it first")
-    # What pairing reads must be what viewmill wrote: a changed file would be frozen into the snapshot.
-    reads = PAIRING_READS + (negatives.reads() if negatives is not None else ())
-    lake.require_intact(reads, f"pair the views of corpus '{corpus}'")
-    pairs = _candidate_pairs(lake, corpus_version, pairings)
-    if pairs.num_rows == 0:
-        raise LakeError(
-            f"no sentence of corpus '{corpus}' has kept views from both augmenters: "
-            'check the filters in the recipe (viewmill sql "SELECT augmenter, status, reject_reason, '
-            'count(*) FROM views GROUP BY ALL")'
-        )
+    pairs = _checked_pairs(lake, corpus, corpus_version, pairings, negatives)
     pairs, identical = _without_identical(pairs) if not keep_identical else (pairs, 0)
     pairs = pairs.append_column("pair_id", _pair_ids(pairs))
     record = {"recipe": recipe, "corpus": corpus, "run_id": run_id, "corpus_version": corpus_version}
@@ -143,6 +132,30 @@ def create_pairs_snapshot(
     record.update(snapshot=name, content_hash=content_hash, n_pairs=n)
     _write_snapshot(lake, pairs, record, rows)
     return Snapshot(name, n, content_hash, lake.version(), True)
+
+
+def _checked_pairs(
+    lake: Lake,
+    corpus: str,
+    corpus_version: str,
+    pairings: Sequence[tuple[str, str]],
+    negatives: NegativesSource | None,
+) -> pa.Table:
+    """The candidate pairs of this corpus version, once the version and every file pairing
+    reads are checked; refused when there are none."""
+    if not lake.scalar("SELECT count(*) FROM corpus_versions WHERE corpus_version = ?", [corpus_version]):
+        raise LakeError(f"corpus version {corpus_version[:12]} of '{corpus}' is not in the lake: ingest it first")
+    # What pairing reads must be what viewmill wrote: a changed file would be frozen into the snapshot.
+    reads = PAIRING_READS + (negatives.reads() if negatives is not None else ())
+    lake.require_intact(reads, f"pair the views of corpus '{corpus}'")
+    pairs = _candidate_pairs(lake, corpus_version, pairings)
+    if pairs.num_rows == 0:
+        raise LakeError(
+            f"no sentence of corpus '{corpus}' has kept views from both augmenters: "
+            'check the filters in the recipe (viewmill sql "SELECT augmenter, status, reject_reason, '
+            'count(*) FROM views GROUP BY ALL")'
+        )
+    return pairs
 
 
 def _reusable_snapshot(lake: Lake, record: dict, pairs_hash: str, key: dict | None) -> Snapshot | None:

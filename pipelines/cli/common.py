@@ -78,6 +78,7 @@ def user_errors() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
+RecipeArgument = Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")]
 StateDir = Annotated[
     Path | None, typer.Option("--state-dir", help="state directory (default $VIEWMILL_HOME or ./.viewmill)")
 ]

@@ -215,19 +215,23 @@ def _print_repair(report: RepairReport) -> None:
         console.print(f"dropped damaged snapshot {name}: rerun its recipe to make it again", highlight=False)
 
 
+OpenShell = Annotated[
+    bool, typer.Option("--open", help="open the DuckDB shell (`duckdb` on PATH) with the lake attached")
+]
+ReadWrite = Annotated[
+    bool, typer.Option("--read-write", help="attach writable: bypasses viewmill's writer lock (see the warning)")
+]
+DuckdbVersion = Annotated[
+    str | None, typer.Option(help="the DuckDB that will run the SQL (default: `duckdb` on PATH, else viewmill's own)")
+]
+
+
 def attach(
     state_dir: StateDir = None,
     catalog: CatalogOption = None,
-    open_shell: Annotated[
-        bool, typer.Option("--open", help="open the DuckDB shell (`duckdb` on PATH) with the lake attached")
-    ] = False,
-    read_write: Annotated[
-        bool, typer.Option("--read-write", help="attach writable: bypasses viewmill's writer lock (see the warning)")
-    ] = False,
-    duckdb_version: Annotated[
-        str | None,
-        typer.Option(help="the DuckDB that will run the SQL (default: `duckdb` on PATH, else viewmill's own)"),
-    ] = None,
+    open_shell: OpenShell = False,
+    read_write: ReadWrite = False,
+    duckdb_version: DuckdbVersion = None,
 ) -> None:
     """Print the SQL that opens the lake in your own DuckDB, or (--open) open a DuckDB shell on it.
 
@@ -244,14 +248,7 @@ def attach(
 
     binary = shutil.which("duckdb")
     if open_shell and binary is None:
-        _refuse(
-            LakeError(
-                "--open needs the DuckDB command-line shell and there is no `duckdb` on PATH (the Python duckdb "
-                f"module has no interactive shell): pip install duckdb-cli=={_duckdb_module_version()} (the version "
-                "viewmill's extensions load in, offline), or print the SQL with `viewmill lake attach` and run it in "
-                "your own DuckDB, or query with `viewmill sql`"
-            )
-        )
+        _refuse(_no_shell())
     try:
         version = _binary_version(binary) if binary and (open_shell or duckdb_version is None) else None
         version = version or duckdb_version or _duckdb_module_version()
@@ -268,6 +265,15 @@ def attach(
         return
     private = attach_sql(where, duckdb_version=version, read_write=read_write, secrets=secret_statements(where))
     raise typer.Exit(_run_shell(str(binary), private))
+
+
+def _no_shell() -> LakeError:
+    return LakeError(
+        "--open needs the DuckDB command-line shell and there is no `duckdb` on PATH (the Python duckdb "
+        f"module has no interactive shell): pip install duckdb-cli=={_duckdb_module_version()} (the version "
+        "viewmill's extensions load in, offline), or print the SQL with `viewmill lake attach` and run it in "
+        "your own DuckDB, or query with `viewmill sql`"
+    )
 
 
 def export_table(

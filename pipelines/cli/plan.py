@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -13,6 +12,7 @@ from rich.table import Table
 from viewmill.pipelines.cli.common import (
     CatalogOption,
     Overrides,
+    RecipeArgument,
     StateDir,
     console,
     err_console,
@@ -33,7 +33,7 @@ class PlanFormat(StrEnum):
 
 
 def plan(
-    recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
+    recipe: RecipeArgument,
     overrides: Overrides = None,
     state_dir: StateDir = None,
     catalog: CatalogOption = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from viewmill.pipelines.cli.common import (
@@ -15,6 +15,7 @@ from viewmill.pipelines.cli.common import (
     DaskOption,
     Overrides,
     PrefectOption,
+    RecipeArgument,
     StateDir,
     UsageError,
     console,
@@ -27,6 +28,12 @@ from viewmill.pipelines.cli.common import (
 from viewmill.pipelines.orchestration.prefect_env import PrefectServerError
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import open_lake
+
+if TYPE_CHECKING:
+    from viewmill.pipelines.context import RunContext
+    from viewmill.pipelines.run_record import RunSummary
+
+    from viewmill.settings import Settings
 
 # The recipe schema (and through it torch) loads when a command runs, not when the CLI starts;
 # what the arguments name is checked before it does (`_check_arguments`): usage errors come at once.
@@ -52,7 +59,7 @@ def _flow(name: str, state: StatePaths):
 
 
 def run(
-    recipe: Annotated[Path, typer.Argument(help="recipe YAML, e.g. recipes/demo.yaml")],
+    recipe: RecipeArgument,
     state_dir: StateDir = None,
     catalog: CatalogOption = None,
     overrides: Overrides = None,
@@ -103,9 +110,27 @@ def _run(
             snapshot_info(lake, snapshot)
     from viewmill.augment.ingest.readers import CorpusError
     from viewmill.pipelines.cli.report import render_summary
-    from viewmill.pipelines.context import RunContext, recipe_parameter
+
+    ctx = _checked_context(recipe, overrides, state, settings, snapshot=snapshot, needs_train=needs_train)
+    err_console.print(f"run {ctx.run_id}: recipe {recipe}", highlight=False)
+    try:  # from here on a failure is a failed run (recorded in `runs`), bar the corpus errors ingest finds
+        summary = _run_checked(ctx, recipe, prefect=prefect, snapshot=snapshot, evaluate=evaluate)
+    except (PrefectServerError, CorpusError) as exc:  # a corpus error ingest met: bad input (the run recorded failed)
+        fail(exc)
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        fail(exc, EXIT_FAILED)
+    render_summary(summary, console)
+
+
+def _checked_context(
+    recipe: Path, overrides, state: StatePaths, settings: Settings, *, snapshot: str | None, needs_train: bool
+) -> RunContext:
+    """The run's context once its recipe is parsed and checked: preflight for a full run, the
+    snapshot and the lake's files for training on an existing snapshot. Bad input ends here."""
+    from viewmill.pipelines.context import RunContext
     from viewmill.pipelines.recipe import RecipeError, load_recipe
-    from viewmill.pipelines.run import run_recipe
     from viewmill.pipelines.stages.pair import existing_snapshot
     from viewmill.pipelines.stages.preflight import check_lake_files, preflight
 
@@ -121,23 +146,23 @@ def _run(
             existing_snapshot(ctx, snapshot)
     except user_errors() as exc:
         fail(exc)
-    err_console.print(f"run {ctx.run_id}: recipe {recipe}", highlight=False)
-    try:  # from here on a failure is a failed run (recorded in `runs`), bar the corpus errors ingest finds
-        # A flow rebuilds this context from the recipe, run id and settings; the overrides are in the recipe.
-        given = {"preflight_done": True, "settings": settings, "recipe": recipe_parameter(parsed), "run_id": ctx.run_id}
-        if prefect and evaluate:
-            summary = _flow("recipe_flow", state)(str(recipe), str(state.root), **given)
-        elif prefect:
-            summary = _flow("train_flow", state)(str(recipe), str(state.root), snapshot=snapshot, **given)
-        else:
-            summary = run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
-    except (PrefectServerError, CorpusError) as exc:  # a corpus error ingest met: bad input (the run recorded failed)
-        fail(exc)
-    except Exception as exc:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        fail(exc, EXIT_FAILED)
-    render_summary(summary, console)
+    return ctx
+
+
+def _run_checked(ctx: RunContext, recipe: Path, *, prefect: bool, snapshot: str | None, evaluate: bool) -> RunSummary:
+    """The checked run, as a Prefect flow or plain calls."""
+    from viewmill.pipelines.context import recipe_parameter
+    from viewmill.pipelines.run import run_recipe
+
+    if not prefect:
+        return run_recipe(ctx, preflight_done=True, snapshot=snapshot, evaluate=evaluate)
+    # A flow rebuilds this context from the recipe, run id and settings; the overrides are in the recipe.
+    recipe_json = recipe_parameter(ctx.recipe)
+    given = {"preflight_done": True, "settings": ctx.settings, "recipe": recipe_json, "run_id": ctx.run_id}
+    state = ctx.state
+    if evaluate:
+        return _flow("recipe_flow", state)(str(recipe), str(state.root), **given)
+    return _flow("train_flow", state)(str(recipe), str(state.root), snapshot=snapshot, **given)
 
 
 def sweep(

@@ -6,6 +6,7 @@ import json
 
 import pyarrow as pa
 import viewmill.storage.lake as lake_module
+import viewmill.storage.lake_setup as lake_setup
 from viewmill.storage.integrity import verify_lake
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import MODELS, RUNS, TABLES
@@ -25,8 +26,10 @@ OLD_MODEL = {"model_id": "m0", "path": "/models/m0", "train_config": '{"train_co
 def _old_lake(root, monkeypatch):
     """A lake as viewmill made it when these columns were VARCHAR, with one run and one model."""
     with monkeypatch.context() as old:
-        old.setattr(lake_module, "TABLES", {**TABLES, "runs": OLD_RUNS, "models": OLD_MODELS})
-        old.setattr(lake_module, "JSON_COLUMNS", [])
+        old_tables = {**TABLES, "runs": OLD_RUNS, "models": OLD_MODELS}
+        old.setattr(lake_setup, "TABLES", old_tables)  # the tables created
+        old.setattr(lake_module, "TABLES", old_tables)  # what appends conform to
+        old.setattr(lake_setup, "JSON_COLUMNS", [])
         with Lake(root) as lake, lake.transaction():
             lake.append("runs", pa.Table.from_pylist([OLD_RUN], schema=OLD_RUNS))
             lake.append("models", pa.Table.from_pylist([OLD_MODEL], schema=OLD_MODELS))
