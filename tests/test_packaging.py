@@ -40,6 +40,7 @@ def test_wheel_holds_only_the_viewmill_namespace(wheel):
     for layer in LAYERS:
         assert f"viewmill/{layer}/__init__.py" in names
     assert "viewmill/augment/wordnet_lexnames.txt" in names
+    assert "viewmill/train/citations.bib" in names  # the objectives' model-card citations
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "viewmill = viewmill.pipelines.cli.app:app" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

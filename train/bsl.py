@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
-from viewmill.train.objectives import Objective
+from viewmill.train.objectives import Objective, paper_citation
 from viewmill.train.pooling import exported_modules, mean_pooled
 
 from viewmill.specs import Spec
@@ -125,16 +125,7 @@ def build(config: TrainConfig, sentence_model) -> tuple[nn.Module, list[nn.Modul
     return model, exported_modules(sentence_model)
 
 
-CITATION = """@inproceedings{zhang-etal-2021-bootstrapped,
-    title = "Bootstrapped Unsupervised Sentence Representation Learning",
-    author = "Zhang, Yan and He, Ruidan and Liu, Zuozhu and Bing, Lidong and Li, Haizhou",
-    booktitle = "Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics and the
-        11th International Joint Conference on Natural Language Processing (Volume 1: Long Papers)",
-    year = "2021",
-    publisher = "Association for Computational Linguistics",
-    pages = "5168--5180",
-    url = "https://aclanthology.org/2021.acl-long.402",
-}"""
+CITATION = paper_citation("zhang-etal-2021-bootstrapped")
 
 BSL_OBJECTIVE = Objective(
     build=build,

@@ -17,7 +17,7 @@ from pydantic import Field
 from torch import nn
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
-from viewmill.train.objectives import Objective, with_hard_negatives
+from viewmill.train.objectives import Objective, paper_citation, with_hard_negatives
 from viewmill.train.pooling import exported_modules, mean_pooled
 
 from viewmill.specs import Spec
@@ -125,15 +125,7 @@ def build_anchored(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     return model, exported_modules(sentence_model)
 
 
-CITATION = """@inproceedings{reimers-2020-multilingual-sentence-bert,
-    title = "Making Monolingual Sentence Embeddings Multilingual using Knowledge Distillation",
-    author = "Reimers, Nils and Gurevych, Iryna",
-    booktitle = "Proceedings of the 2020 Conference on Empirical Methods in Natural Language Processing",
-    month = "11",
-    year = "2020",
-    publisher = "Association for Computational Linguistics",
-    url = "https://arxiv.org/abs/2004.09813",
-}"""
+CITATION = paper_citation("reimers-2020-multilingual-sentence-bert")
 
 INFONCE_DISTILL_OBJECTIVE = Objective(
     build=build_anchored,

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from torch import nn
 from viewmill.train import modeling_isbert
 from viewmill.train.encoder import CNN_REF, MODELING_FILE
-from viewmill.train.objectives import Objective
+from viewmill.train.objectives import Objective, paper_citation
 from viewmill.train.pooling import mean_pool
 
 from viewmill.specs import Spec
@@ -106,15 +106,7 @@ def carry_modeling_file(folder: Path) -> None:
     modules_path.write_text(json.dumps(modules, indent=2), encoding="utf-8")
 
 
-CITATION = """@inproceedings{zhang-etal-2020-unsupervised,
-    title = "An Unsupervised Sentence Embedding Method by Mutual Information Maximization",
-    author = "Zhang, Yan and He, Ruidan and Liu, Zuozhu and Lim, Kwan Hui and Bing, Lidong",
-    booktitle = "Proceedings of the 2020 Conference on Empirical Methods in Natural Language Processing (EMNLP)",
-    year = "2020",
-    publisher = "Association for Computational Linguistics",
-    pages = "1601--1610",
-    url = "https://aclanthology.org/2020.emnlp-main.124",
-}"""
+CITATION = paper_citation("zhang-etal-2020-unsupervised")
 
 ISBERT_OBJECTIVE = Objective(
     build=build,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -264,6 +265,20 @@ def _objective_entry(value: object) -> Objective:
     return value
 
 
+def paper_citation(*keys: str) -> str:
+    """The BibTeX entries `keys` of citations.bib (the papers viewmill's objectives follow),
+    for an entry's `citation`."""
+    entries = _bibtex_entries()
+    return "\n".join(entries[key] for key in keys)
+
+
+@cache
+def _bibtex_entries() -> dict[str, str]:
+    text = Path(__file__).with_name("citations.bib").read_text(encoding="utf-8")
+    entries = text.strip().split("\n\n")  # one blank line between entries, none inside one
+    return {entry[entry.index("{") + 1 : entry.index(",")]: entry for entry in entries}
+
+
 def _contrastive(kind: str) -> Callable[[Any, Any], tuple[nn.Module, list[nn.Module]]]:
     def build(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
         module = Contrastive(sentence_model[0].auto_model, kind, config.temperature, config.hard_negative_weight)
@@ -272,41 +287,16 @@ def _contrastive(kind: str) -> Callable[[Any, Any], tuple[nn.Module, list[nn.Mod
     return build
 
 
-SIMCLR_CITATION = """@inproceedings{chen2020simple,
-    title = {A Simple Framework for Contrastive Learning of Visual Representations},
-    author = {Chen, Ting and Kornblith, Simon and Norouzi, Mohammad and Hinton, Geoffrey},
-    booktitle = {Proceedings of the 37th International Conference on Machine Learning},
-    year = {2020},
-    url = {https://arxiv.org/abs/2002.05709},
-}"""
-# sentence-transformers' MultipleNegativesRankingLoss cites Henderson et al.; the loss is van den Oord et al.'s InfoNCE.
-INFONCE_CITATION = """@misc{henderson2017efficient,
-    title = {Efficient Natural Language Response Suggestion for Smart Reply},
-    author = {Henderson, Matthew and Al-Rfou, Rami and Strope, Brian and Sung, Yun-hsuan and Lukacs, Laszlo and
-        Guo, Ruiqi and Kumar, Sanjiv and Miklos, Balint and Kurzweil, Ray},
-    year = {2017},
-    eprint = {1705.00652},
-    archivePrefix = {arXiv},
-    primaryClass = {cs.CL},
-}
-@misc{oord2018representation,
-    title = {Representation Learning with Contrastive Predictive Coding},
-    author = {van den Oord, Aaron and Li, Yazhe and Vinyals, Oriol},
-    year = {2018},
-    eprint = {1807.03748},
-    archivePrefix = {arXiv},
-    primaryClass = {cs.LG},
-}"""
-
 NTXENT = Objective(
     build=_contrastive("ntxent"), head=False, temperature=0.05, accumulation=True, negatives=True,
     cached_gradients=True, description="NT-Xent over 2n views", title="NT-Xent contrastive",
-    citation=SIMCLR_CITATION,
+    citation=paper_citation("chen2020simple"),
 )  # fmt: skip
+# sentence-transformers' MultipleNegativesRankingLoss cites Henderson et al.; the loss is van den Oord et al.'s InfoNCE.
 INFONCE = Objective(
     build=_contrastive("infonce"), head=False, temperature=0.05, accumulation=True, negatives=True,
     cached_gradients=True, description="in-batch InfoNCE (MNRL)", title="InfoNCE (in-batch negatives)",
-    citation=INFONCE_CITATION,
+    citation=paper_citation("henderson2017efficient", "oord2018representation"),
 )  # fmt: skip
 
 OBJECTIVES: Registry[Objective] = Registry(

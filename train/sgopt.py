@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
-from viewmill.train.objectives import Objective
+from viewmill.train.objectives import Objective, paper_citation
 from viewmill.train.pooling import exported_modules, masked_max_pool
 
 from viewmill.specs import Spec
@@ -119,16 +119,7 @@ def build(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     return model, exported_modules(sentence_model, pooling="cls")
 
 
-CITATION = """@inproceedings{kim-etal-2021-self,
-    title = "Self-Guided Contrastive Learning for {BERT} Sentence Representations",
-    author = "Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo",
-    booktitle = "Proceedings of the 59th Annual Meeting of the Association for Computational Linguistics and the
-        11th International Joint Conference on Natural Language Processing (Volume 1: Long Papers)",
-    year = "2021",
-    publisher = "Association for Computational Linguistics",
-    pages = "2528--2540",
-    url = "https://aclanthology.org/2021.acl-long.197",
-}"""
+CITATION = paper_citation("kim-etal-2021-self")
 
 SGOPT_OBJECTIVE = Objective(
     build=build,

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 from viewmill.train.isbert import ISBERT, jsd_mi_loss
-from viewmill.train.objectives import Contrastive, info_nce, nt_xent
+from viewmill.train.objectives import INFONCE, Contrastive, info_nce, nt_xent, paper_citation
 from viewmill.train.sgopt import SGOPT, opt3
 
 from tests.train.test_bsl import TinyEncoder, _batch
@@ -200,3 +200,11 @@ def test_bsl_accumulation_weights_pieces_by_their_pairs():
         grads.append([p.grad.clone() for p in model.online.parameters()])
     for whole, pieces in zip(*grads, strict=True):
         torch.testing.assert_close(pieces, whole, rtol=1e-5, atol=1e-7)
+
+
+def test_paper_citation_reads_whole_bibtex_entries():
+    assert INFONCE.citation == paper_citation("henderson2017efficient", "oord2018representation")
+    assert INFONCE.citation.startswith("@misc{henderson2017efficient,\n") and INFONCE.citation.endswith("}")
+    assert "}\n@misc{oord2018representation,\n" in INFONCE.citation  # each entry whole, one a line apart
+    with pytest.raises(KeyError):
+        paper_citation("nobody2099")
