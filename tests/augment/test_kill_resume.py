@@ -1,11 +1,5 @@
 """An augment run killed with SIGKILL part-way resumes without losing or repeating work."""
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-
 import pyarrow as pa
 from viewmill.augment.augmenters import BackTranslation
 from viewmill.augment.quality import FilterSpec
@@ -13,35 +7,12 @@ from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import SENTENCES
 
-from tests.conftest import REPO, needs_apertium
+from tests.augment.killed_augment import kill_mid_augment
 from tests.conftest import SENTENCES as TEXTS
+from tests.conftest import needs_apertium
 from tests.views import make_views
 
 pytestmark = needs_apertium
-
-CHILD = textwrap.dedent(
-    """
-    import sys, time
-    import viewmill.augment.translation_augmenters as translation_augmenters
-    from viewmill.augment.apertium import ApertiumEngine
-    from viewmill.augment.quality import FilterSpec
-    from viewmill.augment.augmenters import BackTranslation
-    from tests.views import make_views
-    from viewmill.storage.lake import Lake
-
-    class SlowApertium(ApertiumEngine):
-        def translate(self, texts, src, tgt, decoding):
-            time.sleep(0.3)  # slow enough for the parent to kill between chunks
-            return super().translate(texts, src, tgt, decoding)
-
-    translation_augmenters.make_engine = lambda engine, src, tgt, *rest: SlowApertium(src, tgt)
-    with Lake(sys.argv[1]) as lake:
-        make_views(lake, "c", BackTranslation(name="bt", path=["en", "es", "en"]), FilterSpec(),
-                       run_id="killed", chunk_size=4,
-                       on_progress=lambda done, total: print(done, flush=True))
-    print("finished", flush=True)
-    """
-)
 
 
 def test_sigkill_mid_run_then_rerun_gives_every_view_once_and_keeps_earlier_work(tmp_path):
@@ -50,19 +21,7 @@ def test_sigkill_mid_run_then_rerun_gives_every_view_once_and_keeps_earlier_work
         rows = [{"corpus": "c", "sentence_id": sentence_id(t), "text": t, "lang": "en"} for t in TEXTS]
         lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
 
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(lake_dir)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    for line in child.stdout:
-        if line.strip().isdigit() and int(line) >= 8:  # two chunks committed, more to come
-            child.send_signal(signal.SIGKILL)
-            break
-    child.wait()
-    assert child.returncode == -signal.SIGKILL
+    kill_mid_augment(lake_dir, "apertium", "en", "es")
 
     with Lake(lake_dir) as lake:
         views_before = lake.arrow("SELECT view_id, sentence_id, text FROM views ORDER BY view_id").to_pylist()
