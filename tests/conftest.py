@@ -139,6 +139,26 @@ evaluate:
     return recipe
 
 
+def write_round_trip_recipe(folder: Path, name: str, sentences: list[str] = SENTENCES, extra: str = "") -> Path:
+    """NAME.yaml in `folder`, beside its corpus of `sentences`: two Apertium round trips (es, ca),
+    paired, no training (a quick run); `extra`: more top-level YAML."""
+    (folder / "corpus.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    recipe = folder / f"{name}.yaml"
+    recipe.write_text(
+        f"""
+name: {name}
+corpus: {{format: text, files: [corpus.txt], min_words: 3}}
+augmenters:
+  - {{name: bt_es, method: backtranslation, engine: apertium, path: [en, es, en]}}
+  - {{name: bt_ca, method: backtranslation, engine: apertium, path: [en, ca, en]}}
+filters: {{min_chrf: 0, max_length_ratio: 3.0}}
+pair: {{view_a: bt_es, view_b: bt_ca}}
+{extra}""",
+        encoding="utf-8",
+    )
+    return recipe
+
+
 @pytest.fixture(scope="session")
 def postgres_dsn():
     """A libpq connection string to a real PostgreSQL server started for this test session."""

@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import REPO, needs_apertium
 from tests.integration.servers import client_env, prefect_server
-from tests.pipelines.test_run_lineage import runs_rows, start_slow_run, write_recipe
+from tests.pipelines.gated_run import gated_run, let_finish, runs_rows
+from tests.pipelines.test_run_lineage import write_recipe
 
 pytestmark = [pytest.mark.slow, needs_apertium]
 CLI = [sys.executable, "-m", "viewmill.pipelines.cli.app"]
@@ -34,8 +35,7 @@ def _flow_run(api: str, flow_run_id: str):
 def test_a_flow_run_is_named_after_its_recipe_and_run_id_and_its_row_names_it_mid_run(tmp_path, server):
     env = {**client_env(tmp_path / "home", server), "PYTHONPATH": str(REPO)}
     state = tmp_path / "state"
-    run, gate = start_slow_run(tmp_path, ["run", str(write_recipe(tmp_path)), "--state-dir", str(state)], env)
-    try:
+    with gated_run(tmp_path, ["run", str(write_recipe(tmp_path)), "--state-dir", str(state)], env) as (run, gate):
         (mid,) = runs_rows(state, env, "run_id, status, flow, flow_run_id, deployment, finished_at")
         assert (mid["status"], mid["flow"], mid["deployment"], mid["finished_at"]) == (
             "running", "prefect:viewmill-recipe", None, None,
@@ -43,12 +43,7 @@ def test_a_flow_run_is_named_after_its_recipe_and_run_id_and_its_row_names_it_mi
         flow_run = _flow_run(server, mid["flow_run_id"])
         assert flow_run.name == f"lineage-{mid['run_id']}"
         assert flow_run.state.is_running()
-        gate.touch()
-        _, err = run.communicate(timeout=600)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+        err = let_finish(run, gate)
     assert run.returncode == 0, err
     (end,) = runs_rows(state, env, "run_id, status, flow_run_id")
     assert end == {"run_id": mid["run_id"], "status": "succeeded", "flow_run_id": mid["flow_run_id"]}

@@ -15,7 +15,7 @@ from viewmill.pipelines.cli.app import app
 from viewmill.storage.lake import Lake
 from viewmill.storage.lake_files import catalog_files
 
-from tests.conftest import SENTENCES, needs_apertium
+from tests.conftest import SENTENCES, needs_apertium, write_round_trip_recipe
 from tests.pipelines.cli.test_output_guard import lake_bytes
 
 pytestmark = needs_apertium
@@ -24,22 +24,8 @@ TABLES = ("sentences", "translations", "views", "pairs", "snapshots")
 
 
 def _recipe(folder: Path, sentences: list[str]) -> Path:
-    (folder / "corpus.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    recipe = folder / "restore.yaml"
-    recipe.write_text(
-        """
-name: restore
-corpus: {format: text, files: [corpus.txt], min_words: 3}
-augmenters:
-  - {name: bt_es, method: backtranslation, engine: apertium, path: [en, es, en]}
-  - {name: bt_ca, method: backtranslation, engine: apertium, path: [en, ca, en]}
-filters: {min_chrf: 0, max_length_ratio: 3.0}
-pair: {view_a: bt_es, view_b: bt_ca}
-execution: {chunk_sentences: 4}
-""",
-        encoding="utf-8",
-    )
-    return recipe
+    """restore.yaml: two Apertium round trips, in chunks of 4 (several commits: files to merge)."""
+    return write_round_trip_recipe(folder, "restore", sentences, extra="execution: {chunk_sentences: 4}\n")
 
 
 def _state(lake_root: Path) -> dict:
