@@ -60,7 +60,8 @@ SELECT augmenter, left(config_hash, 8) AS config, any_value(method) AS method, a
     round(avg(quality.chrf_to_source) FILTER (WHERE status = 'kept'), 2) AS chrf_mean,
     round(median(quality.chrf_to_source) FILTER (WHERE status = 'kept'), 2) AS chrf_median,
     round(avg(quality.length_ratio) FILTER (WHERE status = 'kept'), 3) AS length_ratio_mean,
-    round(avg(quality.identical_to_source::INT) FILTER (WHERE status = 'kept'), 4) AS identical_share
+    round(avg(quality.identical_to_source::INT) FILTER (WHERE status = 'kept'), 4) AS identical_share,
+    count(*) FILTER (WHERE quality IS NULL) AS no_quality
 FROM scoped GROUP BY augmenter, config_hash ORDER BY augmenter, config"""
 # A reason's kind: "near-duplicate:<view id>" counts as near-duplicate.
 _REASONS = """
@@ -78,7 +79,8 @@ def _with_scope(body: str, snapshot: str | None) -> str:
 
 
 def stats_sql(snapshot: str | None = None) -> str:
-    """Per augmenter: views, kept, rejected, chrF and length ratio of kept views, share identical."""
+    """Per augmenter: views, kept, rejected, chrF and length ratio of kept views, share identical,
+    and views without quality signals (written outside viewmill: left out of those figures)."""
     return _with_scope(_STATS, snapshot).strip()
 
 
@@ -106,6 +108,7 @@ class AugmenterReport:
     chrf_median: float | None
     length_ratio_mean: float | None
     identical_share: float | None
+    no_quality: int = 0  # views without quality signals (a user's INSERT, a plugin's rows)
     reasons: dict[str, int] = field(default_factory=dict)
     self_bleu: float | None = None  # mean BLEU of a view against the sentence's other views
     self_bleu_n: int = 0
@@ -213,8 +216,8 @@ def build_report(
     by_sentence: dict[str, dict[Key, str]] = {}
     for (augmenter, config), group in groups:
         report = reports[(augmenter, config)]
-        report.chrf = group["chrf"].to_list()
-        report.length_ratio = group["length_ratio"].to_list()
+        report.chrf = group["chrf"].drop_nulls().to_list()
+        report.length_ratio = group["length_ratio"].drop_nulls().to_list()
         if not augmenter_class(group["method"][0]).is_source_copy:  # chrF already says how close
             for sid, text in zip(group["sentence_id"], group["text"], strict=True):
                 by_sentence.setdefault(sid, {})[(augmenter, config)] = text
@@ -279,7 +282,8 @@ def to_markdown(report: ViewsReport, figures: Sequence[str] = ()) -> str:
             f"| {name} | {r.path} | {r.views} | {r.kept} | {r.rejected} | {_fmt(r.chrf_mean)} | {_fmt(r.chrf_median)} "
             f"| {_fmt(r.length_ratio_mean, 3)} | {_fmt(r.identical_share, 3)} | {_fmt(r.self_bleu)} | {cosine} |"
         )
-    lines += ["", *chain_report.markdown_lines(report.augmenters), "## Rejections", ""]
+    lines += [*_no_quality_lines(report.augmenters), "", *chain_report.markdown_lines(report.augmenters)]
+    lines += ["## Rejections", ""]
     for r in report.augmenters:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in r.reasons.items()) or "none"
         lines.append(f"- {r.augmenter}: {reasons}")
@@ -298,6 +302,15 @@ def to_markdown(report: ViewsReport, figures: Sequence[str] = ()) -> str:
             lines.append(f"- source: {ex['source']}\n  view ({status}): {ex['text'] or '(empty)'}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _no_quality_lines(reports: list[AugmenterReport]) -> list[str]:
+    """The augmenters with views that carry no quality signals, or nothing when every view does."""
+    lacking = [r for r in reports if r.no_quality]
+    if not lacking:
+        return []
+    lines = ["", "No quality signals (views written outside viewmill: by SQL, a plugin), so not in the figures above:"]
+    return lines + [f"- {r.augmenter}: {r.no_quality} of {r.views} views" for r in lacking]
 
 
 def write_histograms(report: ViewsReport, folder: Path, guard: OutputGuard) -> list[Path]:

@@ -44,6 +44,8 @@ def _print_augmenter(r: AugmenterReport) -> None:
         f"self-BLEU {r.self_bleu}  cosine {r.cosine_mean}",
         highlight=False,
     )
+    if r.no_quality:
+        err_console.print(f"{'':>17}no quality signals: {r.no_quality} of {r.views} views", highlight=False)
     if r.reasons:
         err_console.print(f"{'':>17}rejected: " + ", ".join(f"{k}: {n}" for k, n in r.reasons.items()), markup=False)
     if r.meaning is None:

@@ -122,6 +122,28 @@ def test_the_documented_sql_gives_the_same_counts(seeded_lake):
     assert [(r["reject_reason"], r["n"]) for r in reasons] == [("chrf<20", 1), ("empty", 1)]
 
 
+def test_views_without_quality_signals_are_counted_and_left_out_of_the_figures(seeded_lake, tmp_path):
+    lake, _ = seeded_lake
+    # Rows written outside viewmill (a user's INSERT, a plugin): quality NULL, one of them kept.
+    rows = [_view(sid, "ext", "he" * 8, "backtranslation", "en>de>en", f"outside view {sid}") for sid in ("s0", "s1")]
+    rows = [row | {"quality": None} for row in rows] + [_view("s2", "ext", "he" * 8, "backtranslation", "en>de>en",
+                                                              "A man reads a paper.", chrf=70.0)]  # fmt: skip
+    lake.append("views", pa.Table.from_pylist(rows, schema=VIEWS))
+    report = build_report(lake, None, encode=_bag_of_words, encoder_name="bag-of-words")
+    ext = next(r for r in report.augmenters if r.augmenter == "ext")
+    assert (ext.views, ext.kept, ext.no_quality, ext.chrf, ext.chrf_mean) == (3, 3, 2, [70.0], 70.0)
+    assert ext.cosine_n == 3  # cosine is computed from the texts
+    assert all(r.no_quality == 0 for r in report.augmenters if r.augmenter != "ext")
+
+    text = write_report(report, tmp_path / "out", OutputGuard.of(lake)).read_text()
+    assert "No quality signals" in text and "- ext: 2 of 3 views" in text
+    lake.close()
+    out = runner.invoke(app, ["views", "report", "--state-dir", str(tmp_path), "--out", str(tmp_path / "cli"),
+                              "--cosine-sample", "0"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert "no quality signals: 2 of 3 views" in " ".join(out.output.split())
+
+
 def test_unknown_snapshot_and_empty_lake_are_refused(seeded_lake, tmp_path):
     lake, _ = seeded_lake
     with pytest.raises(LakeError, match="no pairs snapshot named 'nope'"):
