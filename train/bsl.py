@@ -125,8 +125,6 @@ def build(config: TrainConfig, sentence_model) -> tuple[nn.Module, list[nn.Modul
     return model, exported_modules(sentence_model)
 
 
-CITATION = paper_citation("zhang-etal-2021-bootstrapped")
-
 BSL_OBJECTIVE = Objective(
     build=build,
     head=True,
@@ -135,5 +133,5 @@ BSL_OBJECTIVE = Objective(
     options=BSLOptions,
     description="BYOL-style bootstrapping (predictor + EMA)",
     title="BSL (bootstrapped sentence representation learning)",
-    citation=CITATION,
+    citation=paper_citation("zhang-etal-2021-bootstrapped"),
 )

@@ -106,8 +106,6 @@ def carry_modeling_file(folder: Path) -> None:
     modules_path.write_text(json.dumps(modules, indent=2), encoding="utf-8")
 
 
-CITATION = paper_citation("zhang-etal-2020-unsupervised")
-
 ISBERT_OBJECTIVE = Objective(
     build=build,
     head=True,
@@ -115,7 +113,7 @@ ISBERT_OBJECTIVE = Objective(
     on_export=carry_modeling_file,
     description="mutual information with the sentence's n-grams",
     title="IS-BERT (mutual information with n-gram features)",
-    citation=CITATION,
+    citation=paper_citation("zhang-etal-2020-unsupervised"),
     remote_code=f"The IS-BERT CNN is this directory's own code (`{MODELING_FILE}`, module `{CNN_REF}`): loading "
     "needs `trust_remote_code=True` and sentence-transformers, not viewmill.",
 )

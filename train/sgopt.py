@@ -119,8 +119,6 @@ def build(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     return model, exported_modules(sentence_model, pooling="cls")
 
 
-CITATION = paper_citation("kim-etal-2021-self")
-
 SGOPT_OBJECTIVE = Objective(
     build=build,
     head=True,
@@ -132,5 +130,5 @@ SGOPT_OBJECTIVE = Objective(
     safe_head_lr=SGOPT_HEAD_LR,
     description="self-guided contrastive (frozen BERT_F)",
     title="SG-OPT (self-guided contrastive)",
-    citation=CITATION,
+    citation=paper_citation("kim-etal-2021-self"),
 )
