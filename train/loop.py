@@ -64,6 +64,7 @@ def train_model(
     on_step: Callable[[int, float], None] | None = None,
     dev: DevScore | None = None,
     phase: Phase | None = None,
+    on_trained: Callable[[int], None] | None = None,
 ) -> TrainReport:
     """Fit `config.objective` on (view a, view b) pairs starting from `base_model`; export to `out_dir`.
 
@@ -83,6 +84,9 @@ def train_model(
     either holds a complete model with its manifest or does not exist. The exported
     model truncates at `config.max_length`, as training did. `phase(what)` wraps the work
     that is not a step (loading the model), so progress can say it and leave it out of its rate.
+    `on_trained(step)` is called as soon as a step's batch is trained, before its dev scoring
+    (progress counts the step there); `on_step(step, loss)` once all its work, checkpoint
+    included, is done.
     """
     if config.eval_every and dev is None:
         raise ValueError("eval_every needs dev data: set train.dev in the recipe (an STS-B dev file)")
@@ -92,8 +96,9 @@ def train_model(
     with lock:
         if distributed.is_main():  # what an export killed part way left is no model: it goes
             clear_partials(out_dir)
-        return _fit(pairs, base_model, config, out_dir, checkpoint_dir, card=card, keys=keys, on_step=on_step, dev=dev,
-                    phase=phase or (lambda _: contextlib.nullcontext()))  # fmt: skip
+        return _fit(pairs, base_model, config, out_dir, checkpoint_dir, card=card, keys=keys, dev=dev,
+                    phase=phase or (lambda _: contextlib.nullcontext()), on_step=on_step,
+                    on_trained=on_trained)  # fmt: skip
 
 
 @dataclass
@@ -114,7 +119,9 @@ class _Run:
     after_step: Callable[[], None] | None = None
 
 
-def _fit(pairs, base_model, config, out_dir, checkpoint_dir, *, card, keys, on_step, dev, phase) -> TrainReport:
+def _fit(
+    pairs, base_model, config, out_dir, checkpoint_dir, *, card, keys, dev, phase, on_step, on_trained
+) -> TrainReport:
     device = distributed.init_from_environment(config.device)
     if config.batch_size % distributed.world_size():
         raise ValueError(f"batch_size {config.batch_size} must divide evenly over {distributed.world_size()} ranks")
@@ -126,7 +133,7 @@ def _fit(pairs, base_model, config, out_dir, checkpoint_dir, *, card, keys, on_s
     if run.main and config.eval_every and not run.state.evals:  # the start's dev scores
         record_dev(config, run.state, 0, score_dev(dev, run.exported, run.objective), run.exported, run.checkpoints)
     plan = batches(source.lengths(), config.batch_size, config.steps, config.seed, keys=keys)
-    _steps(run, source, plan, dev, on_step)
+    _steps(run, source, plan, dev, on_step, on_trained)
     state = run.state
     if not run.main:  # rank 0 exports
         distributed.barrier()
@@ -154,7 +161,7 @@ def _start(config: TrainConfig, base_model: str, device: str, checkpoint_dir: Pa
     return run
 
 
-def _steps(run: _Run, source: PairTexts, plan: list[list[int]], dev: DevScore | None, on_step) -> None:
+def _steps(run: _Run, source: PairTexts, plan: list[list[int]], dev: DevScore | None, on_step, on_trained) -> None:
     """The planned steps not done before a restart; stops early when dev patience is spent."""
     config, state = run.config, run.state
     run.objective.train()
@@ -172,6 +179,8 @@ def _steps(run: _Run, source: PairTexts, plan: list[list[int]], dev: DevScore | 
         )  # fmt: skip
         if not math.isfinite(state.losses[-1]):
             raise _diverged(run, f"loss became {state.losses[-1]} at step {step}")
+        if on_trained is not None:
+            on_trained(step)
         if run.main and evaluates_at(config, step):
             result = score_dev(dev, run.exported, run.objective)
             record_dev(config, state, step, result, run.exported, run.checkpoints)

@@ -104,7 +104,7 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
     keys = table["sentence_id"].to_pylist()
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps, unit="steps") as progress:
         return train_model(table, base, spec, staged, card=card, keys=keys, dev=_dev_scorer(spec.dev_tasks, progress),
-                           on_step=lambda step, _: progress(step, spec.steps), phase=progress.phase)  # fmt: skip
+                           on_trained=lambda step: progress(step, spec.steps), phase=progress.phase)  # fmt: skip
 
 
 def with_sources(lake: Lake, pairs: pa.Table, purpose: str) -> pa.Table:

@@ -15,8 +15,10 @@ from viewmill.pipelines.progress import INTERVAL_ENV, PlainProgress, progress_ba
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
+from viewmill.train.config import TrainConfig
+from viewmill.train.loop import train_model
 
-from tests.conftest import needs_apertium, write_tiny_recipe
+from tests.conftest import SENTENCES, needs_apertium, write_tiny_recipe
 
 runner = CliRunner()
 PERIODIC = r"\d+/\d+ \(\d+%\), \d+\S* elapsed"
@@ -95,6 +97,23 @@ def test_the_estimate_is_the_rate_of_steps_with_model_loading_and_dev_scoring_le
     progress.advance(20, 20)
     progress.close()
     assert lines[-1] == "train bsl (20 steps): done, 20/20 in 12m15s (10.0 s/step)"
+
+
+def test_dev_scoring_at_a_step_counts_that_step_as_done(tiny_model, tmp_path):
+    clock, lines = FakeClock(), []
+    progress = PlainProgress("train bsl (4 steps)", 4, lines.append, clock=clock, unit="steps")
+
+    def dev(model) -> float:  # as the train stage's scorer: a phase, its line shown
+        with progress.phase("scoring dev"):
+            progress.tick()
+        return 50.0
+
+    config = TrainConfig(steps=4, batch_size=8, head_warmup_steps=1, options={"predictor_k": 2}, eval_every=2)
+    train_model([(s, s.lower()) for s in SENTENCES], str(tiny_model), config, tmp_path / "model", card={}, dev=dev,
+                on_trained=lambda step: progress(step, 4), phase=progress.phase)  # fmt: skip
+    scoring = [line for line in lines if "scoring dev, " in line]
+    # the start, then after steps 2 and 4: never one step behind (3/4 while scoring at step 4)
+    assert [re.search(r"\((\d)/4, ", line)[1] for line in scoring] == ["0", "2", "4"], lines
 
 
 def test_throughput_reads_as_units_a_second():
