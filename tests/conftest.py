@@ -19,6 +19,13 @@ os.environ.pop("PREFECT_API_URL", None)
 # A `viewmill run` subprocess leaves its state's temporary Prefect server up for the next run:
 # in tests it stops after 2 idle minutes instead of 30.
 os.environ.setdefault("VIEWMILL_PREFECT_IDLE_S", "120")
+# pytest-xdist runs one worker per core: a torch thread pool per core in every worker (and in
+# every `viewmill` subprocess it starts) oversubscribes the cores, which ran torch up to 10x
+# slower here. Each worker and its children get their share of the cores instead.
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_SHARE = str(max(1, _CORES // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_name, _SHARE)
 
 REPO = Path(__file__).resolve().parents[1]
 
