@@ -19,7 +19,7 @@ class PairTexts:
 
     A table may carry `negatives` (list<string>, the same k >= 1 for every pair) and
     `text_source` (the sentence the views were made from); sources are read only when
-    `sources` is set (an objective that needs them).
+    `sources` is set (an objective that needs them), and only when some differ from view a.
     """
 
     def __init__(self, pairs: Sequence[tuple[str, str]] | pa.Table, *, sources: bool = False) -> None:
@@ -40,6 +40,8 @@ class PairTexts:
                     f"{self.source.null_count} pairs have no text_source: give every pair its source sentence, "
                     "or leave the column out (view a is then the source)"
                 )
+            if pc.all(pc.equal(self.source, self.a)).as_py():
+                self.source = None  # view a is the source sentence itself (identity pairings): embed it once
 
     def __len__(self) -> int:
         return len(self.a)
