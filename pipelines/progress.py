@@ -159,6 +159,10 @@ class PlainProgress:
             self._phases.append((self._phase_started, now))
             self._phase = None
 
+    def note(self, text: str) -> None:
+        """One line that is a result, not a state (a dev evaluation's scores): always shown."""
+        self._emit(f"{self.description}: {text}")
+
     @contextmanager
     def phase(self, what: str) -> Iterator[None]:
         """`doing(what)` for the block (`doing` inside it says where the phase stands)."""
@@ -289,6 +293,13 @@ class _RichProgress:
         self.plain.done_doing()
         if self.task is not None:
             self.bar.update(self.task, description=self.description)
+
+    @property
+    def done(self) -> int:
+        return self.plain.done
+
+    def note(self, text: str) -> None:
+        self.bar.console.print(f"{self.description}: {text}", highlight=False)
 
     phase = PlainProgress.phase
 

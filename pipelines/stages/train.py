@@ -163,7 +163,10 @@ def _dev_scorer(tasks: list[DevTask], progress: PlainProgress | None = None) -> 
             return DevResult.of(model_scores(model, sets), weights)
         with progress.phase("scoring dev"):
             say = lambda name, i, n: progress.doing(f"scoring dev: {name} {i}/{n}")  # noqa: E731
-            return DevResult.of(model_scores(model, sets, on_set=say), weights)
+            result = DevResult.of(model_scores(model, sets, on_set=say), weights)
+        scores = ", ".join(f"{name} {value:.2f}" for name, value in result.scores.items())
+        progress.note(f"dev at step {progress.done}: {scores} (mean {result.score:.2f})")
+        return result
 
     return score
 

@@ -314,3 +314,20 @@ def test_a_stage_that_fails_between_steps_says_what_it_was_doing():
     clock.now += 90
     progress.close(failed=True)
     assert lines[-1] == "train bsl (20 steps): stopped at 3/20 while scoring dev: stsb-dev 1/2 after 1m30s"
+
+
+def test_each_dev_evaluation_says_its_scores_and_step(monkeypatch):
+    from types import SimpleNamespace
+
+    from viewmill.pipelines.stages import train as train_stage
+
+    monkeypatch.setattr(train_stage, "_dev_data", lambda task: None)
+    scores = {"stsb-dev": 86.724, "sick-trial": 79.8}
+    monkeypatch.setattr(train_stage, "model_scores", lambda model, sets, on_set=None: scores)
+    lines: list[str] = []
+    progress = PlainProgress("train bsl (20 steps)", 20, lines.append)
+    progress.advance(10, 20)
+    tasks = [SimpleNamespace(name=name, weight=1.0) for name in scores]
+    result = train_stage._dev_scorer(tasks, progress)(None)
+    assert result.score == pytest.approx(83.262)
+    assert lines[-1] == "train bsl (20 steps): dev at step 10: stsb-dev 86.72, sick-trial 79.80 (mean 83.26)"
