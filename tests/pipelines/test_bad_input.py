@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
@@ -22,10 +24,17 @@ pair: {{view_a: same, view_b: syn}}
 """
 
 
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    """One small lake, built once: each test works on a copy of its state directory."""
+    root = tmp_path_factory.mktemp("pristine")
+    small_lake(root / "lake")
+    return root
+
+
 @pytest.fixture
-def state(tmp_path):
-    small_lake(tmp_path / "state" / "lake")
-    return tmp_path / "state"
+def state(tmp_path, pristine):
+    return shutil.copytree(pristine, tmp_path / "state")
 
 
 def _run(state, recipe, *extra):
@@ -209,9 +218,8 @@ def tiny_disk(tmp_path):
         yield where
 
 
-def test_a_full_disk_says_so_and_where_and_the_lake_keeps_its_last_commit(tmp_path, tiny_disk):
-    state = tiny_disk / "state"
-    small_lake(state / "lake")
+def test_a_full_disk_says_so_and_where_and_the_lake_keeps_its_last_commit(tmp_path, tiny_disk, pristine):
+    state = shutil.copytree(pristine, tiny_disk / "state")
     before = lake_state(state / "lake")
     corpus = tmp_path / "c.txt"
     corpus.write_text("A man plays a guitar.\nTwo dogs run in a field.\n", encoding="utf-8")
@@ -231,11 +239,10 @@ def test_a_full_disk_says_so_and_where_and_the_lake_keeps_its_last_commit(tmp_pa
     ) in out
 
 
-def test_a_read_only_state_directory_is_named_with_the_fix(tmp_path, tiny_disk):
+def test_a_read_only_state_directory_is_named_with_the_fix(tmp_path, tiny_disk, pristine):
     import subprocess
 
-    state = tiny_disk / "state"
-    small_lake(state / "lake")
+    state = shutil.copytree(pristine, tiny_disk / "state")
     before = lake_state(state / "lake")
     corpus = tmp_path / "c.txt"
     corpus.write_text("A man plays a guitar.\nTwo dogs run in a field.\n", encoding="utf-8")
