@@ -4,7 +4,10 @@ message, exit status 2, and the lake (row counts, snapshot hashes, every file's 
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import shutil
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -24,10 +27,17 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def state(tmp_path_factory):
-    """One lake for the refusals: each test checks it is unchanged after its own query."""
+    """One lake for the refusals: each test checks it is as it was made after its own query."""
     root = tmp_path_factory.mktemp("sandbox")
     small_lake(root / "lake")
+    _as_made(root)
     return root
+
+
+@functools.cache
+def _as_made(state: Path) -> tuple[dict, dict[str, str]]:
+    """The lake's state and files before the first refused query: read once per state directory."""
+    return lake_state(state / "lake"), lake_files(state)
 
 
 def lake_files(state) -> dict[str, str]:
@@ -45,7 +55,7 @@ def _sql(state, query: str, *extra: str):
 
 def _refused(state, query: str) -> str:
     """Run a query that must be refused: exit 2, no traceback, nothing changed; the message, one line."""
-    before, files = lake_state(state / "lake"), lake_files(state)
+    before, files = _as_made(state)
     result = _sql(state, query.format(lake=state / "lake"))
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and result.stdout == ""
@@ -202,9 +212,9 @@ def test_a_pivot_that_creates_a_type_is_refused(state):
     assert _sql(state, "PIVOT sentences ON lang IN ('en') USING count(*)").exit_code == 0
 
 
-def test_a_view_planted_in_the_lake_is_checked_through_its_plan(tmp_path):
+def test_a_view_planted_in_the_lake_is_checked_through_its_plan(tmp_path, state):
     """Someone with write access defines a view over a settings read: readers' plans show it."""
-    small_lake(tmp_path / "lake")
+    shutil.copytree(state / "lake", tmp_path / "lake")  # a copy of the shared lake: this one is changed
     with Lake(tmp_path / "lake") as lake:
         lake.con.execute("CREATE VIEW planted AS SELECT current_setting('threads') AS k")
     (tmp_path / "lake" / "data" / "notes.csv").write_text("a\n1\n")
