@@ -134,6 +134,20 @@ def _attempt(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[str, str]:
         return "failed", str(exc)
 
 
+def _attempt_in_transaction(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[str, str]:
+    """`_attempt` inside the transaction the caller began: the catalog's schema is then read once for
+    all the checks, not once per query (a PostgreSQL catalog's over the network: ~8x faster). A query
+    that failed while running aborts the transaction: a new one begins, so the next check runs as if
+    alone."""
+    found = _attempt(con, sql)
+    try:
+        con.execute("SELECT 1")
+    except duckdb.TransactionException:
+        con.execute("ROLLBACK")
+        con.execute("BEGIN TRANSACTION")
+    return found
+
+
 def test_no_table_function_or_pragma_reaches_the_key_or_the_catalogs_metadata(lake):
     leaks, name_takers, reached = [], set(), []
     with open_query_lake(lake.state / "lake", lake.catalog) as opened:
@@ -142,14 +156,16 @@ def test_no_table_function_or_pragma_reaches_the_key_or_the_catalogs_metadata(la
         # (made here, past the check, in the connection's temporary schema: nothing on disk) and
         # not on a name no table has.
         opened.con.execute("CREATE TEMPORARY TABLE probe AS SELECT 'probe text' AS text")
+        opened.con.execute("BEGIN TRANSACTION")  # made here, past the check, as the probe table
         for signature in signatures:
-            runs = [_attempt(opened.con, _call(signature, name, "text"))[0] == "ran" for name in ("probe", "no_probe")]
+            calls = [_call(signature, name, "text") for name in ("probe", "no_probe")]
+            runs = [_attempt_in_transaction(opened.con, sql)[0] == "ran" for sql in calls]
             if runs == [True, False]:
                 name_takers.add(signature[0])
         for signature in signatures:
             for target, column in _targets(lake):
                 sql = _call(signature, target, column)
-                outcome, text = _attempt(opened.con, sql)
+                outcome, text = _attempt_in_transaction(opened.con, sql)
                 leaks += [(sql, secret) for secret in lake.secrets if secret in text]
                 if outcome != "refused" and signature[0] in name_takers:
                     reached.append((sql, outcome, text[:200]))
