@@ -117,6 +117,38 @@ def tiny_recipe(tmp_path, tiny_model) -> Path:
     return write_tiny_recipe(tmp_path, tiny_model)
 
 
+@pytest.fixture(scope="session")
+def tiny_snapshot(tmp_path_factory, tiny_model) -> tuple[Path, Path, dict]:
+    """The tiny recipe, a state directory holding its pairs snapshot and no model, and the
+    snapshot's summary: built once; tests copy the state directory (shutil.copytree) and
+    never change this one."""
+    from viewmill.pipelines.recipe import load_recipe
+    from viewmill.pipelines.run import RunContext, run_recipe
+    from viewmill.pipelines.state import StatePaths
+
+    folder = tmp_path_factory.mktemp("tiny-snapshot")
+    recipe = write_tiny_recipe(folder, tiny_model)
+    state = StatePaths(folder / "state")
+    summary = run_recipe(RunContext(load_recipe(recipe), state), train=False)
+    return recipe, state.root, summary["snapshot"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run_in_small_commits(tmp_path_factory, tiny_model) -> tuple[Path, Path, dict]:
+    """The tiny recipe, a state directory after one plain run of it in small commits
+    (execution.chunk_sentences=6: many files), and the run's summary: made once; tests copy
+    the state directory (shutil.copytree) and never change this one."""
+    from viewmill.pipelines.recipe import load_recipe
+    from viewmill.pipelines.run import RunContext, run_recipe
+    from viewmill.pipelines.state import StatePaths
+
+    folder = tmp_path_factory.mktemp("tiny-run")
+    recipe = write_tiny_recipe(folder, tiny_model)
+    state = StatePaths(folder / "state")
+    summary = run_recipe(RunContext(load_recipe(recipe, ["execution.chunk_sentences=6"]), state))
+    return recipe, state.root, summary
+
+
 def write_tiny_recipe(folder: Path, tiny_model: Path) -> Path:
     """tiny.yaml in `folder`, beside its corpus and STS fixture (what the `tiny_recipe` fixture returns)."""
     corpus = folder / "corpus.txt"

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.run import RunContext, run_recipe
+from viewmill.pipelines.run import RunContext
 from viewmill.pipelines.stages.train import train_stage
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.crash_points import CRASH_ENV
@@ -47,11 +47,12 @@ print(json.dumps({k: getattr(result, k) for k in ("path", "reused", "model_id", 
 
 
 @pytest.fixture
-def snapshot_state(tmp_path, tiny_recipe):
-    """A lake with the tiny recipe's pairs snapshot and no model yet."""
+def snapshot_state(tmp_path, tiny_snapshot):
+    """A copy of a lake with the tiny recipe's pairs snapshot and no model yet."""
+    recipe, built, snap = tiny_snapshot
     state = StatePaths(tmp_path / "state")
-    summary = run_recipe(RunContext(load_recipe(tiny_recipe), state), train=False)
-    return tiny_recipe, state, summary["snapshot"]
+    shutil.copytree(built, state.root)
+    return recipe, state, snap
 
 
 def _train(recipe: Path, state: StatePaths, snap: dict, crash: str | None = None) -> subprocess.CompletedProcess:
