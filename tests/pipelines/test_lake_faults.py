@@ -37,15 +37,17 @@ def _data_files(lake_root: Path) -> list[str]:
 
 
 @pytest.fixture
-def ran(tmp_path, tiny_recipe):
-    """A state directory after one plain run of the tiny recipe (small commits: many files)."""
+def ran(tmp_path, tiny_run_in_small_commits):
+    """The tiny recipe, a copy of a state directory after one plain run of it (small commits:
+    many files), and the run's summary."""
+    recipe, root, summary = tiny_run_in_small_commits
     state = StatePaths(tmp_path / "state")
-    summary = run_recipe(RunContext(load_recipe(tiny_recipe, ["execution.chunk_sentences=6"]), state))
-    return state, summary
+    shutil.copytree(root, state.root)
+    return recipe, state, summary
 
 
-def test_a_copied_state_directory_runs_and_answers_sql_touching_only_the_copy(ran, tiny_recipe, tmp_path):
-    state, summary = ran
+def test_a_copied_state_directory_runs_and_answers_sql_touching_only_the_copy(ran, tmp_path):
+    tiny_recipe, state, summary = ran
     before, files = _lake_state(state.lake), _data_files(state.lake)
     copy = tmp_path / "copy-of-state"
     shutil.copytree(state.root, copy)
@@ -64,8 +66,8 @@ def test_a_copied_state_directory_runs_and_answers_sql_touching_only_the_copy(ra
     assert _lake_state(state.lake) == before and _data_files(state.lake) == files
 
 
-def test_a_run_against_a_data_folder_without_its_catalog_is_refused(ran, tiny_recipe):
-    state, _ = ran
+def test_a_run_against_a_data_folder_without_its_catalog_is_refused(ran):
+    tiny_recipe, state, _ = ran
     files = _data_files(state.lake)
     for catalog in state.lake.glob("catalog.sqlite*"):
         catalog.unlink()
@@ -109,7 +111,7 @@ def test_views_deleted_behind_the_shard_cache_are_made_again_by_the_flow(tmp_pat
 
 
 def test_compact_leaves_raw_parquet_counts_equal_to_the_catalog(ran):
-    state, _ = ran
+    _, state, _ = ran
     before = _lake_state(state.lake)
     tables = ("views", "pairs", "sentences", "translations")  # tables viewmill never deletes from
 
@@ -131,8 +133,8 @@ def test_compact_leaves_raw_parquet_counts_equal_to_the_catalog(ran):
         )
 
 
-def test_verify_reports_a_lost_file_and_repair_then_a_rerun_restore_the_lake(ran, tiny_recipe):
-    state, summary = ran
+def test_verify_reports_a_lost_file_and_repair_then_a_rerun_restore_the_lake(ran):
+    tiny_recipe, state, summary = ran
     before = _lake_state(state.lake)
     ok = runner.invoke(app, ["lake", "verify", "--state-dir", str(state.root)])
     assert ok.exit_code == 0 and "lake ok" in ok.output, ok.output
@@ -173,8 +175,8 @@ def _change_a_text(lake_root: Path, table: str, column: str) -> str:
     raise AssertionError(f"no stored {table}.{column} text found verbatim in its files")
 
 
-def test_a_rerun_refuses_to_pair_views_changed_in_place_and_repair_then_a_rerun_restore_them(ran, tiny_recipe):
-    state, summary = ran
+def test_a_rerun_refuses_to_pair_views_changed_in_place_and_repair_then_a_rerun_restore_them(ran):
+    tiny_recipe, state, summary = ran
     before = _lake_state(state.lake)
     changed = _change_a_text(state.lake, "views", "text")
     refused = runner.invoke(app, ["run", str(tiny_recipe), "--state-dir", str(state.root), "--no-prefect"])
@@ -192,8 +194,8 @@ def test_a_rerun_refuses_to_pair_views_changed_in_place_and_repair_then_a_rerun_
     assert _lake_state(state.lake) == before, "the lost views are remade from the translation cache"
 
 
-def test_training_refuses_a_snapshot_whose_pairs_file_changed_in_place(ran, tiny_recipe):
-    state, summary = ran
+def test_training_refuses_a_snapshot_whose_pairs_file_changed_in_place(ran):
+    tiny_recipe, state, summary = ran
     name, before = summary["snapshot"]["name"], _lake_state(state.lake)
     changed = _change_a_text(state.lake, "pairs", "text_a")
     expected = f"cannot train on pairs snapshot '{name}': the pairs data file {changed} changed since viewmill wrote it"
