@@ -2,6 +2,7 @@
 Polars read each appended table's rows exactly once, as the catalog counts them; a table with
 deletes (evals) is exported whole instead. Real Apertium, DuckLake, pyarrow and Polars."""
 
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -57,15 +58,17 @@ def _assert_raw_is_the_catalog(lake_root: Path) -> None:
 
 
 @pytest.fixture
-def ran(tmp_path, tiny_recipe) -> tuple[StatePaths, dict]:
-    """One plain run of the tiny recipe in small commits (many files), nothing compacted by hand."""
+def ran(tmp_path, tiny_run_in_small_commits) -> tuple[Path, StatePaths, dict]:
+    """The tiny recipe and a copy of the state after one plain run of it in small commits (many
+    files), nothing compacted by hand; the run's summary."""
+    recipe, root, summary = tiny_run_in_small_commits
     state = StatePaths(tmp_path / "state")
-    summary = run_recipe(RunContext(load_recipe(tiny_recipe, ["execution.chunk_sentences=6"]), state))
-    return state, summary
+    shutil.copytree(root, state.root)
+    return recipe, state, summary
 
 
 def test_raw_parquet_after_a_run_holds_each_row_once_for_pyarrow_and_polars(ran):
-    state, summary = ran
+    _, state, summary = ran
     _assert_raw_is_the_catalog(state.lake)
     with Lake(state.lake, read_only=True) as lake:
         assert lake.scalar("SELECT count(*) FROM views") > 20 and lake.scalar("SELECT count(*) FROM translations") > 20
@@ -75,8 +78,8 @@ def test_raw_parquet_after_a_run_holds_each_row_once_for_pyarrow_and_polars(ran)
         assert lake.scalar(scheduled) == 0, "no file waits for deletion: the data folder is the current state"
 
 
-def test_a_second_run_keeps_raw_reads_right_and_the_first_snapshot_readable(ran, tiny_recipe):
-    state, first = ran
+def test_a_second_run_keeps_raw_reads_right_and_the_first_snapshot_readable(ran):
+    tiny_recipe, state, first = ran
     with Lake(state.lake, read_only=True) as lake:
         pinned = lake.scalar("SELECT lake_version FROM snapshots")
         first_views = lake.scalar("SELECT count(*) FROM views")
@@ -93,7 +96,7 @@ def test_a_second_run_keeps_raw_reads_right_and_the_first_snapshot_readable(ran,
 
 
 def test_export_table_writes_a_tables_current_rows_for_other_tools(ran, tmp_path):
-    state, _ = ran
+    _, state, _ = ran
     out = tmp_path / "out" / "evals.parquet"
     result = runner.invoke(app, ["lake", "export-table", "evals", str(out), "--state-dir", str(state.root)])
     assert result.exit_code == 0, result.output

@@ -2,6 +2,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,15 +22,18 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def state_with_run(tmp_path, tiny_recipe):
+def state_with_run(tmp_path, read_lake):
+    """The tiny recipe, a copy of the read-only tests' state directory (one run of that recipe)
+    for a test to change, and the run's summary."""
+    built, summary = read_lake
     state = StatePaths(tmp_path / "state")
-    summary = run_recipe(RunContext(load_recipe(tiny_recipe), state))
-    return state, summary
+    shutil.copytree(built.root, state.root)
+    return built.root.parent / "tiny.yaml", state, summary
 
 
 @needs_apertium
 def test_sql_answers_questions_over_the_lake(state_with_run):
-    state, summary = state_with_run
+    _, state, summary = state_with_run
     query = "SELECT augmenter, status, count(*) AS n FROM views GROUP BY ALL ORDER BY ALL"
     result = runner.invoke(app, ["sql", query, "--state-dir", str(state.root), "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -49,8 +53,8 @@ def test_sql_answers_questions_over_the_lake(state_with_run):
 
 
 @needs_apertium
-def test_bad_sql_is_one_clear_error(state_with_run):
-    state, _ = state_with_run
+def test_bad_sql_is_one_clear_error(read_lake):
+    state, _ = read_lake
     result = runner.invoke(app, ["sql", "SELECT nope FROM views", "--state-dir", str(state.root)])
     assert result.exit_code == 2 and "query failed" in result.output and "nope" in result.output
 
@@ -69,10 +73,10 @@ def test_run_with_a_broken_recipe_exits_2_with_the_field_named(tmp_path):
 
 
 @needs_apertium
-def test_train_on_an_existing_snapshot_records_a_new_model(state_with_run, tiny_recipe):
+def test_train_on_an_existing_snapshot_records_a_new_model(state_with_run):
     from viewmill.storage.lake import Lake
 
-    state, summary = state_with_run
+    tiny_recipe, state, summary = state_with_run
     name = summary["snapshot"]["name"]
     args = ["train", str(tiny_recipe), "--snapshot", name, "--state-dir", str(state.root), "--no-prefect"]
     result = runner.invoke(app, [*args, "--set", "train.encoder_lr=5e-3"])
@@ -112,7 +116,7 @@ def test_a_malformed_dask_address_names_the_form_to_use():
 
 @pytest.fixture(scope="module")
 def read_lake(tmp_path_factory, tiny_model):
-    """One lake for the read-only tests below (they never write to it)."""
+    """One lake for the read-only tests (they never write to it; the others change a copy)."""
     folder = tmp_path_factory.mktemp("read-lake")
     state = StatePaths(folder / "state")
     summary = run_recipe(RunContext(load_recipe(write_tiny_recipe(folder, tiny_model)), state))
@@ -229,8 +233,8 @@ def test_bad_input_exits_2_with_one_message(tmp_path, monkeypatch):
 
 
 @needs_apertium
-def test_a_run_that_fails_after_its_checks_exits_1_and_is_recorded(state_with_run, tiny_recipe):
-    state, _ = state_with_run
+def test_a_run_that_fails_after_its_checks_exits_1_and_is_recorded(state_with_run):
+    tiny_recipe, state, _ = state_with_run
     args = ["run", str(tiny_recipe), "--no-prefect", "--state-dir", str(state.root), "--set", "train.batch_size=64"]
     result = runner.invoke(app, args)
     assert result.exit_code == 1, result.output
