@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from viewmill.pipelines.recipe import load_recipe
-from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 from viewmill.train.checkpoints import load_state_file
@@ -61,16 +59,24 @@ def _models(state: StatePaths) -> list[dict]:
         return lake.arrow("SELECT model_id, path FROM models").to_pylist()
 
 
-@pytest.fixture
-def killed_and_reference(tmp_path, tiny_recipe):
-    """A lake with the tiny recipe's snapshot, and a copy of it trained without interruption."""
-    state = StatePaths(tmp_path / "state")
-    snap = run_recipe(RunContext(load_recipe(tiny_recipe), state), train=False)["snapshot"]
-    reference = StatePaths(tmp_path / "reference")
-    shutil.copytree(state.root, reference.root)
-    done = _train(tiny_recipe, reference, snap, {})
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_snapshot) -> dict:
+    """The tiny recipe's snapshot trained without interruption (once for every case)."""
+    recipe, built, snap = tiny_snapshot
+    reference = StatePaths(tmp_path_factory.mktemp("kill-late") / "reference")
+    shutil.copytree(built, reference.root)
+    done = _train(recipe, reference, snap, {})
     assert done.returncode == 0, done.stderr[-2000:]
-    return tiny_recipe, state, snap, json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def killed_and_reference(tmp_path, tiny_snapshot, reference):
+    """A copy of a lake with the tiny recipe's snapshot, and that snapshot trained without interruption."""
+    recipe, built, snap = tiny_snapshot
+    state = StatePaths(tmp_path / "state")
+    shutil.copytree(built, state.root)
+    return recipe, state, snap, reference
 
 
 @pytest.mark.parametrize("when", ["after-the-last-checkpoint", "export-partial"])
