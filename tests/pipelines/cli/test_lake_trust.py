@@ -28,9 +28,18 @@ runner = CliRunner()
 NO_RECORD = "no record that viewmill wrote it into this lake (not in the lake's signed hash record)"
 
 
+@pytest.fixture(scope="module")
+def built_state(tmp_path_factory) -> Path:
+    """A state directory holding a `paired_lake`, made once: tests change copies of it."""
+    state = tmp_path_factory.mktemp("lake-trust") / "state"
+    paired_lake(state / "lake")
+    return state
+
+
 @pytest.fixture
-def state(tmp_path) -> Path:
-    paired_lake(tmp_path / "state" / "lake")
+def state(tmp_path, built_state) -> Path:
+    """A copy of `built_state` (with its lake's own key)."""
+    shutil.copytree(built_state, tmp_path / "state")
     return tmp_path / "state"
 
 
@@ -240,9 +249,7 @@ REPAIR = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("trial", range(5))
-def test_two_repairs_at_once_take_turns_and_lose_nothing(tmp_path, trial):
-    state = tmp_path / "state"
-    paired_lake(state / "lake")
+def test_two_repairs_at_once_take_turns_and_lose_nothing(state, tmp_path, trial):
     expected = _damaged_and_restored(state, tmp_path)
     go = tmp_path / "go"
     workers = [
