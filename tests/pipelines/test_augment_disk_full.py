@@ -18,7 +18,7 @@ from tests.conftest import needs_apertium
 from tests.lake_state import lake_state
 from tests.tmpfs import fill, tmpfs
 
-pytestmark = [needs_apertium, pytest.mark.slow]  # three runs, one that trains
+pytestmark = [needs_apertium, pytest.mark.slow]  # two runs (one trains) and the shared uninterrupted one
 runner = CliRunner()
 
 
@@ -34,10 +34,9 @@ def _run(recipe, state) -> tuple[int, str]:
 
 
 def test_a_full_disk_during_augment_exits_1_and_the_rerun_ends_as_an_uninterrupted_run(
-    tmp_path, tiny_recipe, monkeypatch, caplog
+    tmp_path, tiny_run_in_small_commits, monkeypatch, caplog
 ):
-    reference = tmp_path / "reference"
-    assert _run(tiny_recipe, reference)[0] == 0
+    tiny_recipe, reference, _ = tiny_run_in_small_commits  # the uninterrupted run, its arguments as _args's
     expected = lake_state(reference / "lake")
 
     with tmpfs(tmp_path / "disk", "size=32m") as disk:
