@@ -78,6 +78,21 @@ def record_files(
     return recorded
 
 
+def record_written(con: duckdb.DuckDBPyConnection, data_path: str, rels: Iterable[str], key: bytes) -> None:
+    """Hash files a transaction wrote, by their path relative to the data path, before it
+    commits (catalog entries and ids come only with the commit); a file that never commits is
+    listed by no catalog entry, so its record vouches for nothing."""
+    entries = []
+    for rel in rels:
+        digest = digest_of(con, join(data_path, rel))
+        if digest is not None:
+            sig = _signature(key, rel, digest.size, digest.sha256)
+            entries.append({"rel": rel, "size": digest.size, "sha256": digest.sha256, "table": None,
+                            "kind": "written", "file_id": 0, "sig": sig})  # fmt: skip
+    if entries:
+        _write_record(con, data_path, entries)
+
+
 def _write_record(con: duckdb.DuckDBPyConnection, data_path: str, entries: list[dict]) -> None:
     """One new record file, whole or not at all: a local file is written aside, synced and
     renamed; an s3:// object appears only when its upload completes."""

@@ -1,7 +1,8 @@
 """A lake's writes: writers taking turns, transactions, full disks, appends.
 
-Every file a commit adds is hashed and recorded when the writer's turn ends, so what
-viewmill wrote can be told from what changed since.
+Every file a transaction writes is hashed and recorded before it commits (and again, with
+its catalog id, after), so what viewmill wrote can be told from what changed since, even
+when the process dies right after a commit.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 from viewmill.storage.catalog import Catalog, LakeError, lost_connection
-from viewmill.storage.file_hashes import record_files
-from viewmill.storage.lake_files import catalog_files, next_file_id, remove_rolled_back_files
+from viewmill.storage.crash_points import crash_point
+from viewmill.storage.file_hashes import record_files, record_written
+from viewmill.storage.lake_files import catalog_files, next_file_id, remove_rolled_back_files, stray_files
 from viewmill.storage.writer_lock import WriterLock
 
 
@@ -43,6 +45,7 @@ class WriterTurns:
         self._signing_key = signing_key
         self._depth = 0
         self._in_transaction = False
+        self._recorded_before_commit: set[str] = set()  # files `_record_written` recorded
         self._unhashed_from = 0  # files numbered from here on have no recorded hash yet
 
     def raise_if_disk_full(self, exc: BaseException) -> None:
@@ -90,7 +93,8 @@ class WriterTurns:
             yield
             return
         with self.turn():
-            began = time.time_ns() - 1_000_000_000  # a second's slack for coarse file times
+            opened = time.time_ns()
+            began = opened - 1_000_000_000  # a second's slack for coarse file times (rolling back)
             self.con.execute("BEGIN TRANSACTION")
             self._in_transaction = True
             try:
@@ -102,11 +106,28 @@ class WriterTurns:
                 raise
             self._in_transaction = False
             try:
+                self._record_written(opened)
+            except BaseException as exc:
+                self._roll_back(began)
+                self.raise_if_disk_full(exc)
+                raise
+            try:
                 self.con.execute("COMMIT")
             except duckdb.Error as exc:
                 self.raise_if_disk_full(exc)
                 raise
+            crash_point("committed")
             self._record_new_files()
+
+    def _record_written(self, since_ns: int) -> None:
+        """Record the Parquet files this transaction wrote (local data paths; only the writer
+        holding the lock writes), so a kill between COMMIT and `_record_new_files` leaves no
+        committed file unvouched for. An s3:// data path is recorded after the commit only."""
+        written = [rel for rel in stray_files(self.con, self.data_path)
+                   if (Path(self.data_path) / rel).stat().st_mtime_ns >= since_ns]  # fmt: skip
+        if written:  # a coarse file time may hide one: then the record after the commit has it
+            record_written(self.con, self.data_path, written, self._signing_key())
+            self._recorded_before_commit.update(written)
 
     def _roll_back(self, began: int) -> None:
         with contextlib.suppress(duckdb.Error):  # a failed COMMIT may have ended it already
@@ -120,7 +141,7 @@ class WriterTurns:
         if upto <= self._unhashed_from:
             return
         added = catalog_files(self.con, self.data_path, from_id=self._unhashed_from)
-        new = [f for f in added if f.file_id < upto]
+        new = [f for f in added if f.file_id < upto and f.rel not in self._recorded_before_commit]
         if new:
             try:
                 record_files(self.con, self.data_path, new, self._signing_key())

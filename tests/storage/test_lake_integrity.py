@@ -226,3 +226,36 @@ def test_repair_after_an_old_catalog_was_restored_takes_back_the_newer_views(see
         ]
         assert _counts(lake) == {**before, "views": before["views"] + 1}
     assert len(list(Path(report.moved_to).rglob("*.parquet"))) == 1, "the orphan is moved aside, not deleted"
+
+
+KILLED_AFTER_COMMIT = """
+import sys
+from pathlib import Path
+from viewmill.storage.lake import Lake
+from tests.lake_state import seed_views
+with Lake(Path(sys.argv[1])) as lake:
+    seed_views(lake, 6, 3)
+"""
+
+
+def test_a_writer_killed_right_after_a_commit_leaves_no_committed_file_without_its_hash(tmp_path):
+    """SIGKILL between COMMIT and the writer's hash record (the `committed` crash point): the
+    files were recorded before the commit, so the next run's checks trust them."""
+    import os
+    import subprocess
+    import sys
+
+    from viewmill.storage.crash_points import CRASH_ENV
+
+    from tests.conftest import REPO
+
+    root = tmp_path / "state" / "lake"
+    env = {**os.environ, CRASH_ENV: "committed"}
+    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_COMMIT, str(root)], env=env, cwd=REPO, timeout=300)
+    assert killed.returncode == -9, "killed at its first commit"
+    with Lake(root) as lake:
+        assert lake.scalar("SELECT count(*) FROM sentences") == 2, "the first chunk committed"
+        report = verify_lake(lake)
+        assert report.of_kind("unhashed", "orphan") == [] and report.errors == [], report.errors
+        lake.require_intact(("sentences", "views"), "pair")  # the check a rerun's pairing makes
+        seed_views(lake, 6, 3)  # and the rerun writes on
