@@ -10,6 +10,7 @@ import json
 import math
 import os
 import struct
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -50,9 +51,21 @@ def check_model_folder(folder: Path) -> None:
 
 def check_model_files(folder: Path) -> None:
     """The tokenizer and configuration files' sizes, then every safetensors header (its offsets
-    within the file, its shapes against config.json): read without loading any weights."""
+    within the file, its shapes against config.json): read without loading any weights. A
+    folder whose files are unchanged (names, sizes, times) is checked once per process."""
     folders = [folder, *_module_folders(folder)]
-    limit = max_text_bytes()
+    _check_files(folder, tuple(_listing(where) for where in folders), max_text_bytes())
+
+
+def _listing(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    entries = (entry for entry in os.scandir(folder) if entry.is_file())
+    return tuple(sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns) for entry in entries))
+
+
+@lru_cache(maxsize=64)
+def _check_files(folder: Path, listings: tuple, limit: int) -> None:
+    """`check_model_files` for one state of the folder's files (a refusal is not cached)."""
+    folders = [folder, *_module_folders(folder)]
     for where in folders:
         for path in sorted(where.iterdir()):
             if path.suffix in TEXT_SUFFIXES or path.suffix == ".safetensors":
