@@ -27,7 +27,6 @@ from viewmill.pipelines.cli.common import (
 )
 from viewmill.pipelines.orchestration.prefect_env import PrefectServerError
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.lake import open_lake
 
 if TYPE_CHECKING:
     from viewmill.pipelines.context import RunContext
@@ -104,8 +103,8 @@ def _run(
     settings = load_settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
     if snapshot is not None:  # the snapshot named exists, before the recipe loads
+        from viewmill.storage.lake import open_lake
         from viewmill.storage.snapshots import snapshot_info
-
         with open_lake(settings, state.lake, read_only=True) as lake:
             snapshot_info(lake, snapshot)
     from viewmill.augment.ingest.readers import CorpusError

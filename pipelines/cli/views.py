@@ -9,7 +9,6 @@ import typer
 from viewmill.pipelines.cli.common import HELP, CatalogOption, StateDir, console, err_console, load_settings
 from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.lake import open_lake
 
 if TYPE_CHECKING:
     from viewmill.augment.views_report import AugmenterReport, Encode
@@ -96,6 +95,7 @@ def report(
     from viewmill.storage.output_paths import OutputGuard
 
     encode = _encoder(encoder) if cosine_sample else None
+    from viewmill.storage.lake import open_lake  # here: a usage error starts without pyarrow and DuckDB
     with open_lake(load_settings(catalog), StatePaths.resolve(state_dir).lake, read_only=True) as lake:
         guard = OutputGuard.of(lake)
         check_report_folder(out, guard)  # before the report's work, not after it
