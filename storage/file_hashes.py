@@ -35,9 +35,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 from viewmill.storage.catalog import sql_literal
-from viewmill.storage.lake_files import CatalogFile, content_sha256, file_size, is_remote, join
+from viewmill.storage.lake_files import OWN_FOLDER, CatalogFile, content_sha256, file_size, is_remote, join
 
-RECORD_DIR = "_viewmill/file-hashes"
+RECORD_DIR = f"{OWN_FOLDER}/file-hashes"
 RECORD_COLUMNS = {"rel": "VARCHAR", "size": "BIGINT", "sha256": "VARCHAR", "table": "VARCHAR",
                   "kind": "VARCHAR", "file_id": "BIGINT", "sig": "VARCHAR"}  # fmt: skip
 

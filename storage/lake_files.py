@@ -3,8 +3,11 @@ s3:// URL) and how to read their bytes, sizes and footers in either place."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from dataclasses import dataclass
+import os
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -12,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 META = "__ducklake_metadata_lake"  # the catalog database DuckLake attaches beside the lake
+OWN_FOLDER = "_viewmill"  # viewmill's records beside the data (no Parquet file)
 BLOCK = 1 << 20  # bytes read at a time when a local file is hashed
 
 
@@ -144,6 +148,70 @@ def stray_files(con: duckdb.DuckDBPyConnection, data_path: str) -> list[str]:
     if is_remote(data_path) or not Path(data_path).is_dir():
         return []
     return sorted(relative_to_data(data_path, str(p)) for p in Path(data_path).rglob("*.parquet"))
+
+
+# Longer than any file system's time granularity viewmill runs on (FAT's 2 s aside): a folder
+# changed within this of a time may show an earlier time.
+CLOCK_SLACK_NS = 1_000_000_000
+
+
+@dataclass
+class _Listing:
+    mtime_ns: int  # the folder's own time when listed
+    listed_ns: int
+    subfolders: list[str]
+    parquet: set[str] = field(default_factory=set)
+
+
+class FolderWatch:
+    """Finds the Parquet files made under a local data folder since a time, listing only the
+    folders changed since their last listing (a file made or removed changes its folder's
+    time) and looking only at names not seen there before: a commit's cost follows the
+    folders it wrote to, not the lake's size. DuckLake never rewrites a file in place."""
+
+    def __init__(self, data_path: str) -> None:
+        self.data_path = data_path
+        self._listings: dict[str, _Listing] = {}
+
+    def written_since(self, since_ns: int) -> list[str]:
+        """Parquet files (relative paths) with a time from `since_ns` on; none for s3://."""
+        if is_remote(self.data_path) or not Path(self.data_path).is_dir():
+            return []
+        root = self.data_path.rstrip("/")
+        written, pending = [], [root]
+        while pending:
+            folder = pending.pop()
+            try:
+                mtime = os.stat(folder).st_mtime_ns
+            except FileNotFoundError:
+                continue
+            known = self._listings.get(folder)
+            if known is not None and known.mtime_ns == mtime and mtime < known.listed_ns - CLOCK_SLACK_NS:
+                pending.extend(known.subfolders)  # unchanged since it was listed
+                continue
+            listing = _list_folder(folder, mtime, skip=os.path.join(root, OWN_FOLDER))
+            seen = known.parquet if known is not None else set()
+            for name in sorted(listing.parquet - seen):
+                path = os.path.join(folder, name)
+                with contextlib.suppress(FileNotFoundError):
+                    if os.stat(path).st_mtime_ns >= since_ns:
+                        written.append(relative_to_data(self.data_path, path))
+            self._listings[folder] = listing
+            pending.extend(listing.subfolders)
+        return sorted(written)
+
+
+def _list_folder(folder: str, mtime_ns: int, skip: str) -> _Listing:
+    listing = _Listing(mtime_ns, time.time_ns(), [])
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.path == skip:
+                    continue
+                listing.subfolders.append(entry.path)
+            elif entry.name.endswith(".parquet"):
+                listing.parquet.add(entry.name)
+    return listing
 
 
 def remove_rolled_back_files(con: duckdb.DuckDBPyConnection, data_path: str, since_ns: int) -> list[str]:

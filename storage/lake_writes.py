@@ -21,7 +21,7 @@ import pyarrow as pa
 from viewmill.storage.catalog import Catalog, LakeError, lost_connection
 from viewmill.storage.crash_points import crash_point
 from viewmill.storage.file_hashes import record_files, record_written
-from viewmill.storage.lake_files import catalog_files, next_file_id, remove_rolled_back_files, stray_files
+from viewmill.storage.lake_files import FolderWatch, catalog_files, next_file_id, remove_rolled_back_files
 from viewmill.storage.writer_lock import WriterLock
 
 
@@ -47,6 +47,7 @@ class WriterTurns:
         self._in_transaction = False
         self._recorded_before_commit: set[str] = set()  # files `_record_written` recorded
         self._unhashed_from = 0  # files numbered from here on have no recorded hash yet
+        self._folders = FolderWatch(data_path)  # finds a transaction's files without listing the lake
 
     def raise_if_disk_full(self, exc: BaseException) -> None:
         raise_if_disk_full(exc, self.root, self.catalog, self.data_path)
@@ -123,8 +124,7 @@ class WriterTurns:
         """Record the Parquet files this transaction wrote (local data paths; only the writer
         holding the lock writes), so a kill between COMMIT and `_record_new_files` leaves no
         committed file unvouched for. An s3:// data path is recorded after the commit only."""
-        written = [rel for rel in stray_files(self.con, self.data_path)
-                   if (Path(self.data_path) / rel).stat().st_mtime_ns >= since_ns]  # fmt: skip
+        written = self._folders.written_since(since_ns)
         if written:  # a coarse file time may hide one: then the record after the commit has it
             record_written(self.con, self.data_path, written, self._signing_key())
             self._recorded_before_commit.update(written)

@@ -259,3 +259,41 @@ def test_a_writer_killed_right_after_a_commit_leaves_no_committed_file_without_i
         assert report.of_kind("unhashed", "orphan") == [] and report.errors == [], report.errors
         lake.require_intact(("sentences", "views"), "pair")  # the check a rerun's pairing makes
         seed_views(lake, 6, 3)  # and the rerun writes on
+
+
+def test_a_commit_looks_only_at_the_folders_it_wrote_to_not_every_file_of_the_lake(tmp_path, monkeypatch):
+    """Issue 32: finding a transaction's files before its COMMIT must not list or stat the
+    whole lake (a run commits thousands of times into a growing lake: quadratic)."""
+    import os
+
+    import viewmill.storage.lake_writes as lake_writes
+
+    def add_view(lake: Lake, augmenter: str) -> None:
+        row = {"view_id": f"{augmenter}-s0", "sentence_id": "s0", "augmenter": augmenter, "text": augmenter}
+        with lake.transaction():
+            lake.append("views", pa.Table.from_pylist([row], schema=VIEWS))
+
+    with Lake(tmp_path / "lake") as lake:
+        seed_views(lake, 6, 3)
+        sentences = Path(lake.data_path) / "main" / "sentences"
+        hour_ago = os.stat(sentences).st_mtime - 3600
+        os.utime(sentences, (hour_ago, hour_ago))  # long unchanged, so a listing of it stays true
+        add_view(lake, "C")  # the first commit of a process lists the lake once
+        for old in sentences.glob("*.parquet"):  # a time that a whole-lake scan would take for new
+            os.utime(old, (hour_ago + 7200, hour_ago + 7200))
+        listed, recorded = [], []
+        scandir, record_written = os.scandir, lake_writes.record_written
+
+        def listing(path="."):
+            listed.append(str(path))
+            return scandir(path)
+
+        def recording(con, data_path, rels, key):
+            recorded.extend(rels)
+            record_written(con, data_path, rels, key)
+
+        monkeypatch.setattr(os, "scandir", listing)
+        monkeypatch.setattr(lake_writes, "record_written", recording)
+        add_view(lake, "D")
+        assert [rel.rsplit("/", 1)[0] for rel in recorded] == ["main/views/augmenter=D"]
+        assert not [path for path in listed if path.startswith(str(sentences))], listed
