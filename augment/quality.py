@@ -36,6 +36,10 @@ def quality_signals(source: str, view: str) -> Quality:
     `repeated_ngram` counts how many more times the view's most repeated word trigram
     occurs than the source's: decoders that loop produce large values.
     """
+    if view == source and source.strip():
+        # sacrebleu's chrF, per sentence and slow, of a text with itself is exactly 100 (it drops
+        # whitespace: a text of whitespace alone scores 0, so that one is computed).
+        return Quality(length_ratio=1.0, chrf_to_source=100.0, identical_to_source=True, repeated_ngram=0)
     return Quality(
         length_ratio=len(view) / max(1, len(source)),
         chrf_to_source=_CHRF.sentence_score(view, [source]).score,

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
-from viewmill.augment.augmenters import AugmenterSpec, ProduceContext, ProducedView, Producer, make_producer
+from viewmill.augment.augmenters import AugmenterSpec, ProduceContext, Producer, make_producer
 from viewmill.augment.cache import CacheStats
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
-from viewmill.storage.schema import VIEWS
+from viewmill.storage.schema import PROVENANCE, QUALITY, VIEWS
 
 
 @dataclass(frozen=True)
@@ -141,13 +141,13 @@ def make_shard_views(
             on_progress(0, len(todo))
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
-            rows = _chunk_rows(chunk, producer, ctx, spec, filters, config, run_id)
+            views = _chunk_views(chunk, producer, ctx, spec, filters, config, run_id)
             if judge is not None and filters.meaning is not None:
+                rows = views.to_pylist()
                 judge.apply(lake, filters.meaning, rows, [source for _, source, _ in chunk])
+                views = pa.Table.from_pylist(rows, schema=VIEWS)
             with lake.transaction():
-                report.new_views += lake.append(
-                    "views", pa.Table.from_pylist(rows, schema=VIEWS), unique_on=("view_id",)
-                )
+                report.new_views += lake.append("views", views, unique_on=("view_id",))
             if on_progress is not None:
                 on_progress(min(start + chunk_size, len(todo)), len(todo))
     finally:
@@ -156,7 +156,7 @@ def make_shard_views(
     return report
 
 
-def _chunk_rows(
+def _chunk_views(
     chunk: list[tuple[str, str, str]],
     producer: Producer,
     ctx: ProduceContext,
@@ -164,43 +164,39 @@ def _chunk_rows(
     filters: FilterSpec,
     config: str,
     run_id: str,
-) -> list[dict]:
-    """The views of `chunk` (sentence id, text, language each) as `views` rows."""
+) -> pa.Table:
+    """The views of `chunk` (sentence id, text, language each) as `views` rows, with their
+    quality signals and the filters' verdicts; built column by column (no row dicts)."""
     produced = producer.produce([(sid, text) for sid, text, _ in chunk], ctx)
-    return [
-        _view_row(spec, filters, config, sid, source, producer.lang or source_lang, view, run_id)
-        for (sid, source, source_lang), view in zip(chunk, produced, strict=True)
+    qualities = [quality_signals(source, view.text) for (_, source, _), view in zip(chunk, produced, strict=True)]
+    reasons = [
+        view.reason or reject_reason(view.text, quality, filters, exempt=spec.exempt_from_filters)
+        for view, quality in zip(produced, qualities, strict=True)
     ]
-
-
-def _view_row(
-    spec: AugmenterSpec,
-    filters: FilterSpec,
-    config: str,
-    sid: str,
-    source: str,
-    lang: str,
-    view: ProducedView,
-    run_id: str,
-) -> dict:
-    """A `views` row: the view with its quality signals and the filter's verdict."""
-    quality = quality_signals(source, view.text)
-    reason = view.reason or reject_reason(view.text, quality, filters, exempt=spec.exempt_from_filters)
-    return {
-        "view_id": fingerprint(sid, config),
-        "sentence_id": sid,
-        "augmenter": spec.name,
-        "config_hash": config,
-        "method": spec.method,
-        "path": spec.path_label,
-        "text": view.text,
-        "lang": lang,
-        "provenance": view.provenance.model_dump(),
-        "quality": asdict(quality),
-        "status": "rejected" if reason else "kept",
-        "reject_reason": reason,
-        "run_id": run_id,
+    n = len(chunk)
+    columns = {
+        "view_id": [fingerprint(sid, config) for sid, _, _ in chunk],
+        "sentence_id": [sid for sid, _, _ in chunk],
+        "augmenter": [spec.name] * n,
+        "config_hash": [config] * n,
+        "method": [spec.method] * n,
+        "path": [spec.path_label] * n,
+        "text": [view.text for view in produced],
+        "lang": [producer.lang or source_lang for _, _, source_lang in chunk],
+        "provenance": _struct_column([view.provenance for view in produced], PROVENANCE),
+        "quality": _struct_column(qualities, QUALITY),
+        "status": ["rejected" if reason else "kept" for reason in reasons],
+        "reject_reason": reasons,
+        "run_id": [run_id] * n,
     }
+    return pa.table(columns, schema=VIEWS)
+
+
+def _struct_column(objects: list, struct: pa.StructType) -> pa.StructArray:
+    """A struct column from objects with an attribute per field."""
+    fields = [struct.field(i) for i in range(struct.num_fields)]
+    arrays = [pa.array([getattr(item, f.name) for item in objects], f.type) for f in fields]
+    return pa.StructArray.from_arrays(arrays, fields=fields)
 
 
 def summarise(lake: Lake, corpus: str, shards: list[ShardReport]) -> AugmentReport:

@@ -1,3 +1,5 @@
+import pytest
+from sacrebleu.metrics import CHRF
 from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
 
 
@@ -6,6 +8,26 @@ def test_signals_for_identical_and_changed_views():
     assert same.identical_to_source and same.length_ratio == 1.0 and same.chrf_to_source > 90
     changed = quality_signals("A man is playing a flute.", "A man is touching a flute.")
     assert not changed.identical_to_source and 40 < changed.chrf_to_source < 90
+
+
+@pytest.mark.parametrize("text", ["A man is playing a flute.", "a", ".", "é", "a  b\tc", "\u200b", "x " * 300, " ", ""])
+def test_a_view_equal_to_its_source_gets_the_signals_sacrebleu_gives_it(text):
+    """The shortcut for a copy (issue 32: identity views skip the per-sentence chrF) changes no value."""
+    signals = quality_signals(text, text)
+    assert signals.chrf_to_source == CHRF().sentence_score(text, [text]).score
+    assert (signals.length_ratio, signals.identical_to_source, signals.repeated_ngram) == (
+        len(text) / max(1, len(text)),
+        True,
+        0,
+    )
+
+
+def test_a_copy_is_scored_without_the_per_sentence_chrf(monkeypatch):
+    """Issue 32: sacrebleu's chrF, one sentence at a time, held identity views to ~1,000/s."""
+    import viewmill.augment.quality as quality
+
+    monkeypatch.setattr(quality, "_CHRF", None)  # any call fails
+    assert quality_signals("A man is playing a flute.", "A man is playing a flute.").chrf_to_source == 100.0
 
 
 def test_repeated_ngrams_count_only_what_the_source_lacks():
