@@ -48,6 +48,7 @@ class WriterTurns:
         self._recorded_before_commit: set[str] = set()  # files `_record_written` recorded
         self._unhashed_from = 0  # files numbered from here on have no recorded hash yet
         self._folders = FolderWatch(data_path)  # finds a transaction's files without listing the lake
+        self._all_recorded = False  # the turn was one transaction, recorded after its commit
 
     def raise_if_disk_full(self, exc: BaseException) -> None:
         raise_if_disk_full(exc, self.root, self.catalog, self.data_path)
@@ -68,11 +69,13 @@ class WriterTurns:
             self._depth -= 1
             if self._depth == 0:
                 try:
-                    self._record_new_files()  # statements that committed on their own
+                    if not self._all_recorded:
+                        self._record_new_files()  # statements that committed on their own
                 except Exception:
                     if not failed:  # else the first error is the one to see; verify names the file
                         raise
                 finally:
+                    self._all_recorded = False
                     self.lock.release()
 
     def _take_lock(self, on_wait: Callable[[], None] | None) -> None:
@@ -119,6 +122,7 @@ class WriterTurns:
                 raise
             crash_point("committed")
             self._record_new_files()
+            self._all_recorded = self._depth == 1  # nothing else ran in this turn (a catalog query saved)
 
     def _record_written(self, since_ns: int) -> None:
         """Record the Parquet files this transaction wrote (local data paths; only the writer

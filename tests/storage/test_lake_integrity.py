@@ -297,3 +297,18 @@ def test_a_commit_looks_only_at_the_folders_it_wrote_to_not_every_file_of_the_la
         add_view(lake, "D")
         assert [rel.rsplit("/", 1)[0] for rel in recorded] == ["main/views/augmenter=D"]
         assert not [path for path in listed if path.startswith(str(sentences))], listed
+
+
+def test_a_transaction_alone_in_its_turn_asks_the_catalog_for_new_files_once_after_its_commit(tmp_path, monkeypatch):
+    """Issue 32: each catalog query costs ~10 ms a commit; the turn's own check after a lone
+    transaction (recorded already) was a third `next_file_id`."""
+    import viewmill.storage.lake_writes as lake_writes
+
+    with Lake(tmp_path / "lake") as lake:
+        seed_views(lake, 2, 1)
+        asked, next_file_id = [], lake_writes.next_file_id
+        monkeypatch.setattr(lake_writes, "next_file_id", lambda con: asked.append(1) or next_file_id(con))
+        with lake.transaction():
+            lake.append("views", pa.Table.from_pylist([{"view_id": "C-s0", "augmenter": "C"}], schema=VIEWS))
+        assert len(asked) == 2, "when the lock is taken, and after the commit"
+        assert verify_lake(lake).of_kind("unhashed", "orphan") == []
