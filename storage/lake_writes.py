@@ -15,13 +15,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from viewmill.storage.catalog import Catalog, LakeError, lost_connection
 from viewmill.storage.crash_points import crash_point
 from viewmill.storage.file_hashes import record_files, record_written
 from viewmill.storage.lake_files import FolderWatch, catalog_files, next_file_id, remove_rolled_back_files
+from viewmill.storage.schema import KEY_SOURCES
 from viewmill.storage.writer_lock import WriterLock
 
 
@@ -217,14 +220,17 @@ def insert_rows(
 ) -> int:
     """INSERT `incoming` into `table` (with `unique_on`, only keys it lacks); the rows inserted."""
     names = ", ".join(columns)
+    params: list[Any] = []
     if unique_on:
         keys = ", ".join(unique_on)
-        source = f"(SELECT DISTINCT ON ({keys}) * FROM _incoming) AS s ANTI JOIN {table} USING ({keys})"
+        where, params = key_range(table, incoming, unique_on)
+        existing = f"(SELECT {keys} FROM {table} WHERE {where})"
+        source = f"(SELECT DISTINCT ON ({keys}) * FROM _incoming) AS s ANTI JOIN {existing} USING ({keys})"
     else:
         source = "_incoming"
     con.register("_incoming", incoming)
     try:
-        count = con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {source}").fetchone()
+        count = con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {source}", params).fetchone()
     except duckdb.Error:
         if source_error:
             raise source_error[0] from None  # the stream's own error, not DuckDB's wrapping of it
@@ -232,3 +238,21 @@ def insert_rows(
     finally:
         con.unregister("_incoming")
     return int(count[0]) if count else 0
+
+
+def key_range(table: str, incoming: pa.Table | pa.RecordBatchReader, unique_on: Sequence[str]) -> tuple[str, list[Any]]:
+    """A WHERE clause (and its parameters) that keeps every existing row whose key the incoming
+    rows may repeat: the min/max of the columns the key is a hash of (`KEY_SOURCES`), so a
+    commit reads the files of its own partition and sentence range, not the whole table."""
+    if not isinstance(incoming, pa.Table):  # a stream is read once, by the INSERT
+        return "true", []
+    sources = KEY_SOURCES.get(table, {})
+    clauses, params = ["true"], []
+    for column in sorted({column for key in unique_on for column in sources.get(key, ())}):
+        values = incoming.column(column)
+        if values.null_count:  # a null lies in no range
+            continue
+        bounds = pc.min_max(values)
+        clauses.append(f"{column} BETWEEN ? AND ?")
+        params += [bounds["min"].as_py(), bounds["max"].as_py()]
+    return " AND ".join(clauses), params

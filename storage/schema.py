@@ -270,3 +270,9 @@ TABLES: dict[str, pa.Schema] = {
 
 # Hive-style partition columns: queries per augmenter read only their files.
 PARTITIONS: dict[str, tuple[str, ...]] = {"views": ("augmenter",), "translations": ("tgt_lang",)}
+
+# Key columns that are hashes of other columns (view_id = fingerprint(sentence_id, config_hash),
+# and the configuration names its augmenter): rows with the same key agree on these columns, so
+# an append's duplicate check looks only where the new rows' values lie (DuckLake skips other
+# partitions and files by their min/max) instead of reading every key of the table.
+KEY_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {"views": {"view_id": ("augmenter", "sentence_id")}}

@@ -140,3 +140,33 @@ def test_a_rolled_back_transaction_leaves_no_file_and_older_strays_stay(tmp_path
             lake.append("evals", pa.RecordBatchReader.from_batches(EVALS, failing_stream()))
         assert set(data.rglob("*.parquet")) == before | {stray}
         assert lake.scalar("SELECT count(*) FROM evals") == 1
+
+
+def _view_rows(augmenter, sentence_ids):
+    from viewmill.storage.ids import fingerprint
+    from viewmill.storage.schema import VIEWS
+
+    rows = [
+        {"view_id": fingerprint(sid, augmenter), "sentence_id": sid, "augmenter": augmenter, "config_hash": augmenter,
+         "method": "identity", "path": "", "text": sid, "lang": "en", "status": "kept", "run_id": "r"}
+        for sid in sentence_ids
+    ]  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=VIEWS)
+
+
+def test_a_views_commit_reads_only_its_own_augmenter_and_sentence_range_to_skip_existing_views(tmp_path):
+    # The duplicate check once read every view_id of the lake per commit (quadratic over a run).
+    # Files it must not read are removed from disk: reading one fails the append.
+    ids = [f"{i:04d}" for i in range(300)]
+    with Lake(tmp_path / "lake") as lake:
+        for augmenter, part in (("a", ids[:100]), ("a", ids[100:200]), ("b", ids[:300])):
+            with lake.transaction():
+                lake.append("views", _view_rows(augmenter, part), unique_on=("view_id",))
+        data = tmp_path / "lake" / "data"
+        files_a = list(data.rglob("augmenter=a/*.parquet"))
+        keep = next(f for f in files_a if lake.scalar(f"SELECT bool_or(sentence_id = '0150') FROM '{f}'"))
+        for path in [*data.rglob("augmenter=b/*.parquet"), *(f for f in files_a if f != keep)]:
+            path.unlink()
+        with lake.transaction():
+            added = lake.append("views", _view_rows("a", ids[150:250]), unique_on=("view_id",))
+    assert added == 50  # 150..199 were there already
