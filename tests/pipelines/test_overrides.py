@@ -17,31 +17,29 @@ DEMO = REPO / "recipes" / "demo.yaml"
 def test_a_list_entry_is_set_by_its_name():
     recipe = load_recipe(DEMO, ["augmenters.bt_ca.path=[en, es, en]", "train.dev.sick-trial.weight=3",
                                 "evaluate.tasks.stsb-test.name=stsb-test-2"])  # fmt: skip
-    assert [a.path for a in recipe.augmenters] == [["en", "es", "en"], ["en", "es", "en"]]
+    assert [a.path for a in recipe.augmenters[2:]] == [["en", "es", "en"], ["en", "es", "en"]]
     assert [t.weight for t in recipe.train.dev_tasks] == [1.0, 3.0]
     assert [t.name for t in recipe.evaluate.tasks] == ["stsb-dev", "sick-trial", "stsb-test-2", "sickr-test"]
     whole = load_recipe(DEMO, ["augmenters.bt_ca={name: bt_ca, method: backtranslation, engine: apertium, "
                                "path: [en, es, en]}"])  # fmt: skip
-    assert whole.augmenters[1].path == ["en", "es", "en"]
-    assert load_recipe(DEMO).augmenters[1].path == ["en", "ca", "en"], "the file is left as it is"
+    assert whole.augmenters[3].path == ["en", "es", "en"]
+    assert load_recipe(DEMO).augmenters[3].path == ["en", "ca", "en"], "the file is left as it is"
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
         ("augmenters.0.engine=hf", "override 'augmenters.0.engine=hf': lists are addressed by their entries' name, "
-         "not by index; augmenters has bt_es, bt_ca (e.g. --set augmenters.bt_es.engine=hf)"),
+         "not by index; augmenters has en, entail, bt_es, bt_ca (e.g. --set augmenters.en.engine=hf)"),
         ("augmenters.bt-es.engine=hf", "override 'augmenters.bt-es.engine=hf': no entry is named 'bt-es' (did you "
-         "mean 'bt_es'?); augmenters has bt_es, bt_ca (e.g. --set augmenters.bt_es.engine=hf)"),
+         "mean 'bt_es'?); augmenters has en, entail, bt_es, bt_ca (e.g. --set augmenters.en.engine=hf)"),
         ("pair.pairings.0=[bt_es, bt_ca]", "override 'pair.pairings.0=[bt_es, bt_ca]': pair.pairings is a list whose "
          "entries have no names, so it cannot be set in part: set it whole (pair.pairings=[...])"),
     ],
 )  # fmt: skip
 def test_an_index_or_unknown_name_is_refused_naming_the_entries(override, message):
-    raw = DEMO.read_text(encoding="utf-8").replace("pair:\n  view_a: bt_es\n  view_b: bt_ca\n",
-                                                   "pair:\n  pairings: [[bt_es, bt_ca]]\n")  # fmt: skip
     with pytest.raises(RecipeError) as refused:
-        recipe_from_mapping(load_yaml(raw), DEMO, [override])
+        recipe_from_mapping(load_yaml(DEMO.read_text(encoding="utf-8")), DEMO, [override])
     assert str(refused.value) == message
 
 
