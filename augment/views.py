@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec, ProduceContext, Producer, make_producer
 from viewmill.augment.cache import CacheStats
+from viewmill.augment.commit_sizes import CommitSizes
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
 from viewmill.storage.ids import fingerprint
@@ -114,7 +115,7 @@ def make_shard_views(
     *,
     run_id: str,
     shard: Shard = Shard(),
-    chunk_size: int = 512,
+    chunk_size: int | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     judge: MeaningJudge | None = None,
     producer: Producer | None = None,
@@ -125,7 +126,8 @@ def make_shard_views(
     caller, who closes it; without one, it is built and closed here.
 
     Work is committed chunk by chunk (translations, then the chunk's views), so a killed
-    run resumes where it stopped and never writes a view twice.
+    run resumes where it stopped and never writes a view twice: `chunk_size` sentences a
+    chunk, or without it about a second of work (`CommitSizes`).
     `on_progress(done, total)` is called after each chunk.
     """
     owned = producer is None
@@ -139,8 +141,8 @@ def make_shard_views(
         ctx = ProduceContext(lake, run_id, report.cache)
         if on_progress is not None:
             on_progress(0, len(todo))
-        for start in range(0, len(todo), chunk_size):
-            chunk = todo[start : start + chunk_size]
+        done = 0
+        for chunk in CommitSizes(chunk_size).chunks(todo):
             views = _chunk_views(chunk, producer, ctx, spec, filters, config, run_id)
             if judge is not None and filters.meaning is not None:
                 rows = views.to_pylist()
@@ -148,8 +150,9 @@ def make_shard_views(
                 views = pa.Table.from_pylist(rows, schema=VIEWS)
             with lake.transaction():
                 report.new_views += lake.append("views", views, unique_on=("view_id",))
+            done += len(chunk)
             if on_progress is not None:
-                on_progress(min(start + chunk_size, len(todo)), len(todo))
+                on_progress(done, len(todo))
     finally:
         if owned:
             producer.close()

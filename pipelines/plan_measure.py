@@ -20,6 +20,7 @@ import pyarrow as pa
 from viewmill.augment.augmenter_base import ProduceContext
 from viewmill.augment.augmenters import AugmenterSpec, make_producer
 from viewmill.augment.cache import CacheStats
+from viewmill.augment.commit_sizes import MIN_SENTENCES
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.views import config_hash, corpus_sentences, make_shard_views, views_present
@@ -118,15 +119,16 @@ def measure_augmenter(ctx: RunContext, lake: Lake, spec: AugmenterSpec, judge: M
     """`spec` on the scratch `lake`'s sample: the producer's texts translated with an empty cache
     (after a warm-up), again with all of them cached, then the real views code (`make_shard_views`)."""
     recipe, chunk_size = ctx.recipe, ctx.recipe.execution.chunk_sentences
+    batch = chunk_size or MIN_SENTENCES  # what the producer is given at once: an adaptive shard's first chunk
     run_id = augmenter_run(ctx, spec)  # the scratch cache's rows say which augmenter asked for them
     rows = [(sid, text) for sid, text, _ in corpus_sentences(lake, recipe.corpus_name)]
     head, rest = rows[:WARMUP_TEXTS], rows[WARMUP_TEXTS:] or rows
     with Watch() as watch:
         producer = make_producer(spec, lake)
         try:
-            load_s = _produce(producer, head, lake, run_id, chunk_size)
-            cold = _produce(producer, rest, lake, run_id, chunk_size) / len(rest)
-            warm = _produce(producer, rows, lake, run_id, chunk_size) / len(rows)
+            load_s = _produce(producer, head, lake, run_id, batch)
+            cold = _produce(producer, rest, lake, run_id, batch) / len(rest)
+            warm = _produce(producer, rows, lake, run_id, batch) / len(rows)
         finally:
             producer.close()
         tally = _Embedded()

@@ -101,8 +101,12 @@ class ExecutionSpec(Spec):
     shard_sentences: int = Field(
         5000, ge=1, le=MAX_CORPUS_SENTENCES, description="sentences per augmentation shard (the unit of retry)"
     )
-    chunk_sentences: int = Field(
-        512, ge=1, le=10_000_000, description="sentences per commit inside a shard (what a kill can lose)"
+    chunk_sentences: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="sentences per commit inside a shard (what a kill can lose); unset: about a second of work "
+        "per commit, at least 512 and at most 65,536 sentences",
     )
     retries: int = Field(3, ge=0, le=100, description="Prefect retries of a failed shard task")
     retry_delay_s: float = Field(

@@ -54,7 +54,7 @@ class ShardJob:
     corpus_state: str
     lake_epoch: str
     run_id: str
-    chunk_sentences: int
+    chunk_sentences: int | None
     settings: Settings
     earlier: tuple[AugmenterSpec, ...] = ()  # with filters.meaning: the recipe's augmenters listed before spec
 
@@ -113,7 +113,7 @@ def augment_shard(
     corpus_state: str,
     lake_epoch: str,
     run_id: str,
-    chunk_sentences: int = 512,
+    chunk_sentences: int | None = None,
     settings: Settings | None = None,
     earlier: tuple[AugmenterSpec, ...] = (),
 ) -> ShardReport:

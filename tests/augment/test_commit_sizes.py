@@ -1,0 +1,69 @@
+import pyarrow as pa
+import pytest
+import viewmill.augment.views as views_module
+from viewmill.augment.commit_sizes import MAX_SENTENCES, MIN_SENTENCES, CommitSizes
+from viewmill.augment.data_augmenters import Identity
+from viewmill.augment.quality import FilterSpec
+from viewmill.augment.views import make_shard_views
+from viewmill.storage.ids import sentence_id
+from viewmill.storage.lake import Lake
+from viewmill.storage.lake_setup import CATALOG_NAME
+from viewmill.storage.schema import SENTENCES
+
+
+class FakeClock:
+    """Each reading `step` seconds after the last: work of a fixed duration, no sleeping."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _sizes(sizes: CommitSizes, items: int) -> list[int]:
+    return [len(chunk) for chunk in sizes.chunks(list(range(items)))]
+
+
+def test_a_set_chunk_size_is_kept_however_fast_the_work():
+    assert _sizes(CommitSizes(6, clock=FakeClock(0.0)), 20) == [6, 6, 6, 2]
+
+
+def test_unset_the_commit_grows_by_doubling_while_work_is_fast_up_to_the_ceiling():
+    sizes = _sizes(CommitSizes(clock=FakeClock(0.0)), 300_000)
+    assert sizes[:8] == [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
+    assert max(sizes) == MAX_SENTENCES and sum(sizes) == 300_000
+
+
+def test_unset_a_commit_holds_about_a_second_of_work_and_never_less_than_the_floor():
+    sizes = CommitSizes()
+    sizes.record(512, 0.25)  # 2,048 sentences a second: doubling allows only 1,024
+    assert sizes.size == 1024
+    sizes.record(1024, 0.5)  # 2,048 a second
+    assert sizes.size == 2048
+    sizes.record(2048, 2.0)  # slower now: a second is 1,024 sentences
+    assert sizes.size == 1024
+    sizes.record(1024, 60.0)  # slow translation: one floor-sized chunk
+    assert sizes.size == MIN_SENTENCES
+
+
+def test_a_chunk_size_below_one_is_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        CommitSizes(0)
+
+
+@pytest.mark.parametrize(("step", "commits"), [(0.0, [512, 1536, 2000]), (10.0, [512, 1024, 1536, 2000])])
+def test_views_commit_adaptively_when_no_chunk_size_is_given(tmp_path, monkeypatch, step, commits):
+    texts = [f"sentence number {i}." for i in range(2000)]
+    rows = [{"corpus": "c", "sentence_id": sentence_id(t), "text": t, "lang": "en"} for t in texts]
+    clock = FakeClock(step)
+    monkeypatch.setattr(views_module, "CommitSizes", lambda fixed: CommitSizes(fixed, clock=clock))
+    progress: list[int] = []  # sentences done after each commit
+    with Lake(tmp_path / "lake") as lake:
+        lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
+        spec, filters = Identity(name="same"), FilterSpec()
+        report = make_shard_views(lake, "c", spec, filters, run_id="r", on_progress=lambda n, _t: progress.append(n))
+        files = lake.scalar("SELECT count(*) FROM ducklake_list_files(?, 'views')", [CATALOG_NAME])
+    assert report.new_views == 2000 and progress == [0, *commits]
+    assert files == len(commits)  # one Parquet file a commit
