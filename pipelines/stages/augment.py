@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec
+from viewmill.augment.embedding_cache import EmbeddingCache
 from viewmill.augment.meaning import MeaningJudge, MeaningSpec
 from viewmill.augment.models import load_once
 from viewmill.augment.quality import FilterSpec
@@ -66,7 +67,8 @@ class ShardJob:
 
 def meaning_judge(spec: MeaningSpec | None) -> MeaningJudge | None:
     """The meaning filter's judge for the recipe's first augmenter (`earlier` grows after it):
-    the encoder's weights are fingerprinted now and loaded at the first batch, once per process."""
+    the encoder's weights are fingerprinted now and loaded at the first batch, once per process,
+    with the process's cache of its embeddings (each distinct text embedded once: `EmbeddingCache`)."""
     if spec is None:
         return None
     try:
@@ -74,9 +76,14 @@ def meaning_judge(spec: MeaningSpec | None) -> MeaningJudge | None:
     except EncoderError as exc:
         raise EncoderError(f"filters.meaning.encoder: {exc}") from None
 
-    def embed(texts: list[str]) -> np.ndarray:
-        model = load_once("sentence-encoder", path, "cpu", "meaning", lambda: load_sentence_model(path))
-        return model.encode(texts, batch_size=EMBED_BATCH, convert_to_numpy=True, show_progress_bar=False)
+    def load() -> EmbeddingCache:
+        model = load_sentence_model(path)
+        return EmbeddingCache(
+            lambda texts: model.encode(texts, batch_size=EMBED_BATCH, convert_to_numpy=True, show_progress_bar=False)
+        )
+
+    def embed(texts: list[str]) -> np.ndarray:  # every augmenter and shard of the process shares the cache
+        return load_once("sentence-encoder", path, "cpu", "meaning", load)(texts)
 
     return MeaningJudge(encoder_fingerprint(path), embed)
 
