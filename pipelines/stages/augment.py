@@ -153,9 +153,17 @@ def augment_shard(
 
 
 def shard_jobs(ctx: RunContext, plan: AugmentPlan) -> list[ShardJob]:
-    """Every augment_shard call the plan asks for."""
+    """Every augment_shard call the plan asks for: augmenter by augmenter, or with the meaning
+    filter shard by shard, so that run one at a time a shard's augmenters follow each other and
+    its sources' and views' embeddings are still in the process's bounded cache when the next needs them."""
     recipe = ctx.recipe
     ordered = recipe.filters.meaning is not None  # near-duplicates are judged against earlier augmenters
+    augmenters = list(enumerate(recipe.augmenters))
+    order = (
+        [(position, spec, shard) for shard in plan.shards for position, spec in augmenters]
+        if ordered
+        else [(position, spec, shard) for position, spec in augmenters for shard in plan.shards]
+    )
     return [
         ShardJob(
             lake_root=str(ctx.state.lake),
@@ -171,8 +179,7 @@ def shard_jobs(ctx: RunContext, plan: AugmentPlan) -> list[ShardJob]:
             settings=ctx.settings,
             earlier=tuple(recipe.augmenters[:position]) if ordered else (),
         )
-        for position, spec in enumerate(recipe.augmenters)
-        for shard in plan.shards
+        for position, spec, shard in order
     ]
 
 
