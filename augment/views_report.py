@@ -5,8 +5,9 @@ hop of a chained translation costs (`viewmill.augment.chain_report`) and a sampl
 Markdown plus PNG histograms.
 
 The counts and stored quality figures are one SQL query over the lake (`stats_sql`), so
-`viewmill sql` gives the same numbers; self-BLEU and cosine are computed here. Where the
-meaning filter ran, the cosines it stored and its thresholds are shown too (`cosine_filter_sql`,
+`viewmill sql` gives the same numbers; self-BLEU and cosine are computed here (cosine from the
+meaning filter's stored values where it judged with the report's encoder). Where the meaning
+filter ran, the cosines it stored and its thresholds are shown too (`cosine_filter_sql`,
 `viewmill.augment.meaning_report`).
 """
 
@@ -135,7 +136,8 @@ class ViewsReport:
 def _kept_views(lake: Lake, snapshot: str | None):
     sql = _with_scope(
         "\nSELECT augmenter, left(config_hash, 8) AS config, method, sentence_id, source, text, "
-        "quality.chrf_to_source AS chrf, quality.length_ratio AS length_ratio FROM scoped WHERE status = 'kept' "
+        "quality.chrf_to_source AS chrf, quality.length_ratio AS length_ratio, "
+        "quality.cosine_to_source AS stored_cosine FROM scoped WHERE status = 'kept' "
         "ORDER BY augmenter, config, hash(sentence_id), sentence_id",
         snapshot,
     )
@@ -178,11 +180,15 @@ def self_bleu(
     return scores
 
 
-def _cosines(encode: Encode, sources: list[str], views: list[str]) -> list[float]:
-    emb = encode(sources + views)
-    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-    a, b = emb[: len(sources)], emb[len(sources) :]
-    return [float(x) for x in (a * b).sum(axis=1)]
+def _cosines(encode: Encode, sources: list[str], views: list[str], known: dict[str, np.ndarray]) -> list[float]:
+    """Cosine of each view to its source, computed as the meaning filter does (unit rows in
+    float64, clipped to [-1, 1]); only texts not in `known` (unit rows so far) are embedded."""
+    todo = list(dict.fromkeys(t for t in sources + views if t not in known))
+    if todo:
+        emb = np.asarray(encode(todo), dtype=np.float64)
+        emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        known.update(zip(todo, emb, strict=True))
+    return [float(np.clip(known[a] @ known[b], -1.0, 1.0)) for a, b in zip(sources, views, strict=True)]
 
 
 def build_report(
@@ -222,7 +228,7 @@ def build_report(
             for sid, text in zip(group["sentence_id"], group["text"], strict=True):
                 by_sentence.setdefault(sid, {})[(augmenter, config)] = text
     if encode is not None:
-        _add_cosines(reports, groups, encode, cosine_sample, progress)
+        _add_cosines(reports, groups, encode, encoder_name, cosine_sample, progress)
     with progress("views report: self-BLEU (sentences)", None) as advance:
         scored = self_bleu(by_sentence, on_progress=advance)
     for key, scores in scored.items():
@@ -240,21 +246,35 @@ def _add_cosine_filter(lake: Lake, snapshot: str | None, reports: dict[Key, Augm
         reports[key].meaning = CosineFilter(**row, values=by_key[key])
 
 
-def _add_cosines(reports: dict[Key, AugmenterReport], groups: list, encode: Encode, sample: int,
-                 progress: ProgressFactory) -> None:  # fmt: skip
-    """Cosine to the source of up to `sample` kept views per augmenter (the encoder loads on
-    its first batch, inside the progress block)."""
+def _add_cosines(reports: dict[Key, AugmenterReport], groups: list, encode: Encode, encoder_name: str | None,
+                 sample: int, progress: ProgressFactory) -> None:  # fmt: skip
+    """Cosine to the source of up to `sample` kept views per augmenter (the first by a hash of
+    the sentence id): the meaning filter's stored cosine where it judged with this encoder, else
+    embedded, each distinct text once (at most 2 x `sample` rows per augmenter held). The encoder
+    loads on its first batch, inside the progress block, and not at all when nothing lacks one."""
     total = sum(min(sample, len(group)) for _, group in groups)
+    known: dict[str, np.ndarray] = {}
     with progress("views report: cosine to source (views)", total) as advance:
         done = 0
         for key, group in groups:
             head = group.head(sample)
             report = reports[key]
-            report.cosine = _cosines(encode, head["source"].to_list(), head["text"].to_list())
+            stored = _stored_cosines(report, head, encoder_name)
+            missing = [i for i, value in enumerate(stored) if value is None]
+            sources, texts = head["source"].to_list(), head["text"].to_list()
+            embedded = _cosines(encode, [sources[i] for i in missing], [texts[i] for i in missing], known)
+            computed = dict(zip(missing, embedded, strict=True))
+            report.cosine = [computed.get(i, value) for i, value in enumerate(stored)]
             report.cosine_n = len(report.cosine)
             report.cosine_mean = round(float(np.mean(report.cosine)), 4)
             done += len(head)
             advance(done, total)
+
+
+def _stored_cosines(report: AugmenterReport, head, encoder_name: str | None) -> list[float | None]:
+    """Per view, the cosine the meaning filter stored when the recipe named the same encoder, else None."""
+    judged = report.meaning is not None and encoder_name is not None and report.meaning.encoder == encoder_name
+    return head["stored_cosine"].to_list() if judged else [None] * len(head)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

@@ -67,7 +67,13 @@ def report(
         str, typer.Option("--encoder", help="encoder for cosine to source: embedded:NAME, a directory or a hub id")
     ] = "embedded:all-MiniLM-L6-v2",
     cosine_sample: Annotated[
-        int, typer.Option("--cosine-sample", min=0, help="kept views per augmenter encoded for cosine (0: none)")
+        int,
+        typer.Option(
+            "--cosine-sample",
+            min=0,
+            help="kept views per augmenter with cosine to source: the meaning filter's, stored under the same "
+            "encoder, else encoded (0: none)",
+        ),
     ] = 1000,
     examples: Annotated[int, typer.Option("--examples", min=0, help="kept views shown per augmenter")] = 3,
     sql: Annotated[
