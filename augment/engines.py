@@ -85,12 +85,6 @@ class Engine:
     description: str = ""
 
 
-def _engine_entry(value: object) -> Engine:
-    if not isinstance(value, Engine):
-        raise RegistryError(f"an engine entry must be a viewmill.augment.engines.Engine, not {type(value).__name__}")
-    return value
-
-
 # Implementations live above this module and are loaded by name on first use.
 ENGINES: Registry[Engine] = Registry(
     "viewmill.engines",
@@ -101,7 +95,7 @@ ENGINES: Registry[Engine] = Registry(
         "ctranslate2": "viewmill.augment.ctranslate2_engine:CT2_ENGINE",
         "bergamot": "viewmill.augment.bergamot:ENGINE",
     },
-    check=_engine_entry,
+    entry_type=Engine,
 )
 
 

@@ -251,9 +251,7 @@ class Objective:
     remote_code: str = ""  # set: the export carries its own code; the card says this and loads it trusted
 
 
-def _objective_entry(value: object) -> Objective:
-    if not isinstance(value, Objective):
-        raise RegistryError(f"an objective entry must be a viewmill.train.objectives.Objective, not {value!r}")
+def _objective_options(value: Objective) -> Objective:
     options = value.options
     if not (isinstance(options, type) and issubclass(options, BaseModel)):
         raise RegistryError(f"an objective's options must be a pydantic model class, not {options!r}")
@@ -311,5 +309,6 @@ OBJECTIVES: Registry[Objective] = Registry(
         "distill": "viewmill.train.distill:DISTILL_OBJECTIVE",
         "infonce-distill": "viewmill.train.distill:INFONCE_DISTILL_OBJECTIVE",
     },
-    check=_objective_entry,
+    _objective_options,
+    entry_type=Objective,
 )

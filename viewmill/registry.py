@@ -49,13 +49,24 @@ def _load_reference(reference: str) -> Any:
 
 
 class Registry(Generic[T]):
-    """Names to entries of one kind. `check`, if given, validates each loaded entry."""
+    """Names to entries of one kind. Each loaded entry must be an instance of `entry_type`
+    when given; `check`, if given, validates or converts it (e.g. a plain function to a class)."""
 
-    def __init__(self, group: str, kind: str, builtins: Mapping[str, str], check: Callable[[Any], T] | None = None):
+    def __init__(
+        self, group: str, kind: str, builtins: Mapping[str, str], check: Callable[[Any], T] | None = None,
+        *, entry_type: type | None = None,
+    ):  # fmt: skip
         self.group, self.kind = group, kind
         self._refs: dict[str, str] = dict(builtins)
         self._loaded: dict[str, T] = {}
-        self._check = check
+        self._check, self._entry_type = check, entry_type
+
+    def _checked(self, value: Any) -> T:
+        wanted = self._entry_type
+        if wanted is not None and not isinstance(value, wanted):
+            wanted_name = f"{wanted.__module__}.{wanted.__qualname__}"
+            raise RegistryError(f"each {self.kind} entry must be a {wanted_name}, not {type(value).__name__}")
+        return self._check(value) if self._check is not None else value
 
     def _entry_points(self) -> dict[str, EntryPoint]:
         plugins = _plugins(self.group, tuple(sys.path))
@@ -93,7 +104,7 @@ class Registry(Generic[T]):
         except Exception as exc:
             raise RegistryError(f"{self.kind} '{name}' ({reference}) cannot be loaded: {exc}") from exc
         try:
-            entry = self._check(value) if self._check is not None else value
+            entry = self._checked(value)
         except RegistryError as exc:
             raise RegistryError(f"{self.kind} '{name}' ({reference}): {exc}") from None
         if name in self._refs:  # plugins are not kept: they may be uninstalled or moved on sys.path

@@ -87,7 +87,7 @@ def test_settings_a_format_does_not_read_are_refused_naming_the_formats_that_do(
 def test_unknown_and_broken_formats_are_refused_with_the_fix(plugin):
     with pytest.raises(ValidationError, match=r"unknown STS format 'pipe-st' \(did you mean 'pipe-sts'\?\)"):
         StsTask(name="t", format="pipe-st", path=plugin / "pairs.csv")
-    with pytest.raises(RegistryError, match="an STS format must be a viewmill.train.evaluation.sts.StsFormat"):
+    with pytest.raises(RegistryError, match="STS format entry must be a viewmill.train.evaluation.sts.StsFormat"):
         STS_FORMATS["broken"]
 
 

@@ -131,12 +131,6 @@ class StsFormat:
     dataset: Callable[[Callable[[str], Any]], dict[str, str | None] | None] = _no_dataset
 
 
-def _sts_format(value: object) -> StsFormat:
-    if not isinstance(value, StsFormat):
-        raise RegistryError(f"an STS format must be a viewmill.train.evaluation.sts.StsFormat, not {value!r}")
-    return value
-
-
 # STS task formats; plugins add theirs in the entry-point group `viewmill.sts_formats`.
 STS_FORMATS: Registry[StsFormat] = Registry(
     "viewmill.sts_formats",
@@ -149,7 +143,7 @@ STS_FORMATS: Registry[StsFormat] = Registry(
         "sts17": "viewmill.train.evaluation.sts_formats:STS17",
         "stsb-xling": "viewmill.train.evaluation.sts_formats:STSB_XLING",
     },
-    check=_sts_format,
+    entry_type=StsFormat,
 )
 
 
