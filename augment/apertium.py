@@ -240,4 +240,7 @@ def _build(src: str, tgt: str, options: EngineOptions) -> ApertiumEngine:
     return ApertiumEngine(src, tgt)
 
 
-ENGINE = Engine(_build, needs_model=False, description="rule-based MT (Debian's apertium packages), deterministic")
+ENGINE = Engine(
+    _build, needs_model=False, description="rule-based MT (Debian's apertium packages), deterministic",
+    batch_invariant=True,
+)

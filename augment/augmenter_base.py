@@ -39,6 +39,9 @@ class AugmenterConfig(Spec):
     # a run then builds it once per process and lends it to one shard at a time. Left False,
     # a producer is built for each use.
     reusable_producer: ClassVar[bool] = False
+    # Each sentence's view is the same whichever sentences share its batch (no padding or
+    # batch statistics): its commits may then be sized by time without changing a view.
+    batch_invariant_views: ClassVar[bool] = False
 
     name: str = NAME
     method: str
@@ -50,6 +53,10 @@ class AugmenterConfig(Spec):
     def producer(self, lake: Lake | None) -> Producer:
         """The producer of this spec's views; `lake` lets data-derived augmenters fingerprint their inputs."""
         raise NotImplementedError
+
+    def views_batch_invariant(self) -> bool:
+        """Whether the views come out the same however the sentences are batched."""
+        return self.batch_invariant_views
 
 
 class Provenance(BaseModel):

@@ -24,6 +24,7 @@ class Identity(AugmenterConfig):
     """The sentence itself as a view (x1 = x in one-view recipes)."""
 
     reusable_producer: ClassVar[bool] = True
+    batch_invariant_views: ClassVar[bool] = True
     exempt_from_filters: ClassVar[bool] = True
     is_source_copy: ClassVar[bool] = True
     method: Literal["identity"] = "identity"
@@ -37,6 +38,7 @@ class Entailment(AugmenterConfig):
     positives). Sentences that are no premise of such a pair get a rejected view."""
 
     reusable_producer: ClassVar[bool] = True
+    batch_invariant_views: ClassVar[bool] = True
     exempt_from_filters: ClassVar[bool] = True  # people wrote the hypotheses to differ from the premise
     needs_nli_links: ClassVar[bool] = True
     method: Literal["entailment"] = "entailment"

@@ -83,6 +83,9 @@ class Engine:
     build: Callable[[str, str, EngineOptions], TranslationEngine]
     needs_model: bool
     description: str = ""
+    # A sentence's translation does not depend on the others in its batch (rule-based MT; not
+    # neural engines, whose padding and batched kernels move the last bits).
+    batch_invariant: bool = False
 
 
 # Implementations live above this module and are loaded by name on first use.

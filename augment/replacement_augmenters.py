@@ -25,6 +25,7 @@ class Synonym(AugmenterConfig):
     """Replace about `ratio` of the content words with WordNet synonyms."""
 
     reusable_producer: ClassVar[bool] = True
+    batch_invariant_views: ClassVar[bool] = True  # seeded per sentence
     method: Literal["synonym"] = "synonym"
     ratio: float = Field(0.3, gt=0, le=1)
     seed: Seed = 0

@@ -72,6 +72,9 @@ class Translating(AugmenterConfig):
     def producer(self, lake: Lake | None) -> Producer:
         return TranslationProducer(self)
 
+    def views_batch_invariant(self) -> bool:
+        return ENGINES.get(self.engine).batch_invariant
+
 
 class BackTranslation(Translating):
     """A round trip through one or more pivots, e.g. path [en, es, en] or [en, de, fr, en]."""

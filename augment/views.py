@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec, ProduceContext, Producer, make_producer
 from viewmill.augment.cache import CacheStats
-from viewmill.augment.commit_sizes import CommitSizes
+from viewmill.augment.commit_sizes import MIN_SENTENCES, CommitSizes
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
 from viewmill.storage.ids import fingerprint
@@ -127,7 +127,8 @@ def make_shard_views(
 
     Work is committed chunk by chunk (translations, then the chunk's views), so a killed
     run resumes where it stopped and never writes a view twice: `chunk_size` sentences a
-    chunk, or without it about a second of work (`CommitSizes`).
+    chunk, or without it about a second of work where the views do not depend on how they are
+    batched, else MIN_SENTENCES (`_commit_sizes`).
     `on_progress(done, total)` is called after each chunk.
     """
     owned = producer is None
@@ -142,7 +143,7 @@ def make_shard_views(
         if on_progress is not None:
             on_progress(0, len(todo))
         done = 0
-        for chunk in CommitSizes(chunk_size).chunks(todo):
+        for chunk in _commit_sizes(spec, filters, chunk_size).chunks(todo):
             views = _chunk_views(chunk, producer, ctx, spec, filters, config, run_id)
             if judge is not None and filters.meaning is not None:
                 rows = views.to_pylist()
@@ -158,6 +159,15 @@ def make_shard_views(
             producer.close()
     return report
 
+
+
+def _commit_sizes(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None) -> CommitSizes:
+    """The recipe's fixed size; unset, sized by time only where a chunk's make-up cannot change
+    a view or its verdict (a neural engine batches and pads per chunk, the meaning filter embeds
+    per chunk), so a rerun of the same recipe makes the same views."""
+    if chunk_size is None and (filters.meaning is not None or not spec.views_batch_invariant()):
+        chunk_size = MIN_SENTENCES
+    return CommitSizes(chunk_size)
 
 def _chunk_views(
     chunk: list[tuple[str, str, str]],

@@ -272,8 +272,12 @@ def _add_cosines(reports: dict[Key, AugmenterReport], groups: list, encode: Enco
 
 
 def _stored_cosines(report: AugmenterReport, head, encoder_name: str | None) -> list[float | None]:
-    """Per view, the cosine the meaning filter stored when the recipe named the same encoder, else None."""
-    judged = report.meaning is not None and encoder_name is not None and report.meaning.encoder == encoder_name
+    """Per view, the cosine the meaning filter stored when the recipe named the same packaged
+    encoder, else None: a model folder or hub id of the same name may hold other weights now."""
+    judged = (
+        report.meaning is not None and encoder_name is not None and encoder_name.startswith("embedded:")
+        and report.meaning.encoder == encoder_name
+    )  # fmt: skip
     return head["stored_cosine"].to_list() if judged else [None] * len(head)
 
 

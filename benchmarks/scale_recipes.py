@@ -48,7 +48,9 @@ class Swap:
         pass
 
 
-ENGINE = Engine(lambda src, tgt, options: Swap(), needs_model=False, description="swaps neighbouring words")
+ENGINE = Engine(
+    lambda src, tgt, options: Swap(), needs_model=False, description="swaps neighbouring words", batch_invariant=True
+)
 '''
 
 

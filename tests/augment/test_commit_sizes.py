@@ -4,6 +4,8 @@ import viewmill.augment.views as views_module
 from viewmill.augment.commit_sizes import MAX_SENTENCES, MIN_SENTENCES, CommitSizes
 from viewmill.augment.data_augmenters import Identity
 from viewmill.augment.quality import FilterSpec
+from viewmill.augment.replacement_augmenters import Synonym
+from viewmill.augment.translation_augmenters import BackTranslation
 from viewmill.augment.views import make_shard_views
 from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
@@ -67,3 +69,23 @@ def test_views_commit_adaptively_when_no_chunk_size_is_given(tmp_path, monkeypat
         files = lake.scalar("SELECT count(*) FROM ducklake_list_files(?, 'views')", [CATALOG_NAME])
     assert report.new_views == 2000 and progress == [0, *commits]
     assert files == len(commits)  # one Parquet file a commit
+
+
+
+@pytest.mark.parametrize(
+    ("spec", "meaning", "fixed"),
+    [
+        (Identity(name="same"), None, None),  # the same views however batched: sized by time
+        (Identity(name="same"), {"min_cosine": 0.1}, MIN_SENTENCES),  # the filter embeds per chunk
+        (Synonym(name="syn"), None, None),  # seeded per sentence
+        (BackTranslation(name="bt", path=["en", "es", "en"]), None, None),  # Apertium: rule-based
+        (BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m"), None, MIN_SENTENCES),
+    ],
+    ids=["identity", "meaning-filter", "synonyms", "apertium", "neural"],
+)
+def test_only_views_that_cannot_depend_on_their_batch_commit_by_time(spec, meaning, fixed):
+    """A neural engine pads and batches per chunk and the meaning filter embeds per chunk, so
+    time-sized chunks could change their views or verdicts from one run to the next."""
+    filters = FilterSpec(meaning=meaning)
+    assert views_module._commit_sizes(spec, filters, None).fixed == fixed
+    assert views_module._commit_sizes(spec, filters, 7).fixed == 7  # a recipe's own size always holds
