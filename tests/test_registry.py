@@ -14,7 +14,7 @@ def test_an_entry_of_another_class_is_refused_naming_the_class_it_must_be():
     )
     assert numbers.get("e") == pytest.approx(2.718, abs=1e-3)
     with pytest.raises(RegistryError, match=r"number 'half' \(fractions:Fraction\): each number entry must be a "
-                       r"builtins.float, not ABCMeta"):  # fmt: skip
+                       r"builtins.float, not <class 'fractions.Fraction'>"):  # fmt: skip
         numbers.get("half")
 
 

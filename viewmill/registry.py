@@ -65,7 +65,7 @@ class Registry(Generic[T]):
         wanted = self._entry_type
         if wanted is not None and not isinstance(value, wanted):
             wanted_name = f"{wanted.__module__}.{wanted.__qualname__}"
-            raise RegistryError(f"each {self.kind} entry must be a {wanted_name}, not {type(value).__name__}")
+            raise RegistryError(f"each {self.kind} entry must be a {wanted_name}, not {value!r}")
         return self._check(value) if self._check is not None else value
 
     def _entry_points(self) -> dict[str, EntryPoint]:

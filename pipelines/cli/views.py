@@ -55,26 +55,30 @@ def _print_augmenter(r: AugmenterReport) -> None:
         err_console.print(Text(f"{'':>17}{line}", style=style or ""))
 
 
+SnapshotOption = Annotated[
+    str | None, typer.Option("--snapshot", help="only the sentences of this snapshot's corpus (default: all views)")
+]
+OutOption = Annotated[Path, typer.Option("--out", help="folder for report.md and its PNG histograms")]
+EncoderOption = Annotated[
+    str, typer.Option("--encoder", help="encoder for cosine to source: embedded:NAME, a directory or a hub id")
+]
+CosineSampleOption = Annotated[
+    int,
+    typer.Option(
+        "--cosine-sample",
+        min=0,
+        help="kept views per augmenter with cosine to source: the meaning filter's where it judged with this "
+        "embedded: encoder, else encoded (0: none)",
+    ),
+]
+
+
 @views_app.command()
 def report(
-    snapshot: Annotated[
-        str | None, typer.Option("--snapshot", help="only the sentences of this snapshot's corpus (default: all views)")
-    ] = None,
-    out: Annotated[Path, typer.Option("--out", help="folder for report.md and its PNG histograms")] = Path(
-        "views-report"
-    ),
-    encoder: Annotated[
-        str, typer.Option("--encoder", help="encoder for cosine to source: embedded:NAME, a directory or a hub id")
-    ] = "embedded:all-MiniLM-L6-v2",
-    cosine_sample: Annotated[
-        int,
-        typer.Option(
-            "--cosine-sample",
-            min=0,
-            help="kept views per augmenter with cosine to source: the meaning filter's, stored under the same "
-            "encoder, else encoded (0: none)",
-        ),
-    ] = 1000,
+    snapshot: SnapshotOption = None,
+    out: OutOption = Path("views-report"),
+    encoder: EncoderOption = "embedded:all-MiniLM-L6-v2",
+    cosine_sample: CosineSampleOption = 1000,
     examples: Annotated[int, typer.Option("--examples", min=0, help="kept views shown per augmenter")] = 3,
     sql: Annotated[
         bool, typer.Option("--sql", help="print the report's lake queries (for viewmill sql) and stop")
