@@ -1,10 +1,10 @@
 """bf16 autocast against float32 for the demo's training on CPU (issue 24.7): step time and
 the trained model's STS-B dev Spearman.
 
-The demo's train block (recipes/demo.yaml: BSL, all-MiniLM-L6-v2, 64 pairs a step, max
-length 64, 120 steps of which 40 warm the predictor up) on the demo's own pairs snapshot,
-built by the library into a temporary state directory (or reused from `--state-dir`), with
-the loop's own batch plan, tokenisation and training step
+The BSL demo's train block (recipes/demo-bsl.yaml, the demo until 2026-11-27: BSL,
+all-MiniLM-L6-v2, 64 pairs a step, max length 64, 120 steps of which 40 warm the predictor
+up) on that demo's own pairs snapshot, built by the library into a temporary state
+directory (or reused from `--state-dir`), with the loop's own batch plan, tokenisation and training step
 (`viewmill.train.optimisation.train_step`, BSL's EMA update after it). Both runs train side
 by side in one process: blocks of `--block` steps alternate between them (which one goes
 first alternates too), so machine noise hits both; each run keeps its own random generator
@@ -148,7 +148,7 @@ def report(runs: list[Run], ratios: list[float], warmup: int, start_dev: float) 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--recipe", default=str(ROOT / "recipes" / "demo.yaml"))
+    parser.add_argument("--recipe", default=str(ROOT / "recipes" / "demo-bsl.yaml"))
     parser.add_argument("--state-dir", help="reuse (or keep) the demo's lake here; default: a temporary one")
     parser.add_argument("--block", type=int, default=10, help="steps per interleaved block")
     parser.add_argument(

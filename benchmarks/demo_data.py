@@ -1,4 +1,5 @@
-"""The demo corpus as the benchmarks read it (no lake, no recipe machinery needed)."""
+"""The BSL demo's corpus (recipes/demo-bsl.yaml: the 2,400-line SNLI slice) as the benchmarks read it
+(no lake, no recipe machinery needed)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def demo_sentences(limit: int) -> list[str]:
-    """The demo corpus's first `limit` unique sentences (SNLI, detokenised), as the demo reads them."""
+    """The BSL demo corpus's first `limit` unique sentences (SNLI, detokenised), as that recipe reads them."""
     data = ROOT / "recipes" / "data" / "snli"
     result = ingest(
         [data / "s1.dev", data / "s2.dev"], corpus="bench", fmt="senteval", lang="en", detokenize=True,

@@ -3,7 +3,7 @@
 Prints the seconds per stage of both runs and the first/second ratio: the second run
 must translate, train and encode nothing. Also prints Apertium round-trip throughput.
 
-    .venv/bin/python benchmarks/demo_rerun.py [--recipe recipes/demo.yaml]
+    .venv/bin/python benchmarks/demo_rerun.py [--recipe recipes/demo-bsl.yaml]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from viewmill.pipelines.state import StatePaths
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--recipe", default="recipes/demo.yaml")
+    parser.add_argument("--recipe", default="recipes/demo-bsl.yaml")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="viewmill-bench-") as tmp:
         state = StatePaths(Path(tmp))

@@ -1,6 +1,6 @@
 """The demo's pairs, one step budget, every objective: STS-B dev/test and SICK-R test.
 
-Runs `viewmill run recipes/demo.yaml --no-prefect` once per objective with `--set`
+Runs `viewmill run recipes/demo-bsl.yaml --no-prefect` once per objective with `--set`
 overrides into one state directory (ingest, views and the pairs snapshot are made once
 and reused), then prints the lake's `evals` side by side.
 
@@ -40,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     viewmill = Path(sys.executable).with_name("viewmill")
     for name in args.only:
-        command = [str(viewmill), "run", "recipes/demo.yaml", "--no-prefect", "--state-dir", args.state_dir]
+        command = [str(viewmill), "run", "recipes/demo-bsl.yaml", "--no-prefect", "--state-dir", args.state_dir]
         for item in RUNS[name]:
             command += ["--set", item]
         print(f"==> {name}: {' '.join(command[1:])}", flush=True)
