@@ -48,7 +48,7 @@ def data_dir() -> Path:
 
 def shared_data_dir() -> Path:
     """The developer checkout's ../shared/data (beside the repository), present or not."""
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"  # storage/datasets/ -> the checkout
 
 
 def dataset_for(relative: str) -> Dataset | None:
