@@ -10,6 +10,7 @@ import pyarrow as pa
 from viewmill.augment.engines import DecodingSpec, TranslationEngine
 from viewmill.storage.ids import fingerprint, text_hash
 from viewmill.storage.lake import Lake
+from viewmill.storage.lake_writes import key_range
 from viewmill.storage.schema import TRANSLATIONS
 
 
@@ -55,12 +56,7 @@ def translate_cached(
     """
     unique = list(dict.fromkeys(texts))
     keys = {text: cache_key(engine, src, tgt, decoding, text) for text in unique}
-    wanted = pa.table({"cache_key": list(keys.values())})
-    with lake.with_keys("_wanted", wanted):
-        cached = lake.arrow(
-            "SELECT t.cache_key, t.text FROM translations t JOIN _wanted USING (cache_key) WHERE t.rank = 0"
-        )
-    by_key = dict(zip(cached["cache_key"].to_pylist(), cached["text"].to_pylist(), strict=True))
+    by_key = _cached(lake, engine, src, tgt, decoding, keys)
     missing = [text for text in unique if keys[text] not in by_key]
     stats = CacheStats(hits=len(unique) - len(missing), misses=len(missing))
     if on_chunk is not None and stats.hits:
@@ -78,6 +74,30 @@ def translate_cached(
         if on_chunk is not None:
             on_chunk(len(chunk))
     return {text: (by_key[keys[text]], keys[text]) for text in unique}, stats
+
+
+def _cached(
+    lake: Lake, engine: TranslationEngine, src: str, tgt: str, decoding: DecodingSpec, keys: dict[str, str]
+) -> dict[str, str]:
+    """{cache key: best hypothesis} for the cached ones of `keys` ({source text: key}), read
+    only from files whose engine, direction and source-hash range can hold them (their
+    catalog min/max), not the whole table: at a million sentences it holds 650k+ rows."""
+    n = len(keys)
+    sources = pa.table(
+        {
+            "engine": [engine.name] * n, "model": [engine.model] * n, "src_lang": [src] * n, "tgt_lang": [tgt] * n,
+            "decoding": [decoding.canonical()] * n, "src_text_hash": [text_hash(text) for text in keys],
+        }
+    )  # fmt: skip
+    where, params = key_range("translations", sources, ("cache_key",))
+    wanted = pa.table({"cache_key": list(keys.values())})
+    with lake.with_keys("_wanted", wanted):
+        cached = lake.arrow(
+            f"SELECT t.cache_key, t.text FROM (SELECT cache_key, text FROM translations WHERE rank = 0 AND {where}) t "
+            "JOIN _wanted USING (cache_key)",
+            params,
+        )
+    return dict(zip(cached["cache_key"].to_pylist(), cached["text"].to_pylist(), strict=True))
 
 
 def _translation_rows(

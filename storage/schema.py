@@ -275,4 +275,9 @@ PARTITIONS: dict[str, tuple[str, ...]] = {"views": ("augmenter",), "translations
 # and the configuration names its augmenter): rows with the same key agree on these columns, so
 # an append's duplicate check looks only where the new rows' values lie (DuckLake skips other
 # partitions and files by their min/max) instead of reading every key of the table.
-KEY_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {"views": {"view_id": ("augmenter", "sentence_id")}}
+# A cache key is a hash of its engine, direction, decoding and source text's hash: a first hop's
+# sources come in sentence-id order (a sentence id is its text's hash), so a commit's range is narrow.
+KEY_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
+    "views": {"view_id": ("augmenter", "sentence_id")},
+    "translations": {"cache_key": ("engine", "model", "src_lang", "tgt_lang", "decoding", "src_text_hash")},
+}
