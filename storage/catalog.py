@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
 
-import duckdb
 from pydantic import SecretStr
 
 CATALOG_ENV = "VIEWMILL_CATALOG"
@@ -43,6 +42,8 @@ def s3_secret_sql() -> str:
 
 def extension_path(name: str) -> Path:
     """A DuckDB extension shipped by its `duckdb-extension-<name>` wheel (no download at run time)."""
+    import duckdb  # here, not at the top: the CLI names a missing lake without loading DuckDB
+
     package = f"duckdb-extension-{name}=={duckdb.__version__}"
     try:
         module = importlib.import_module(f"duckdb_extension_{name}")
@@ -79,6 +80,18 @@ def check_not_orphaned(root: Path | str, *, catalog: str | None = None, data_pat
     spec = Catalog.parse(catalog, Path(root))
     if not spec.exists():
         refuse_orphaned_data(spec, data_path or os.environ.get(DATA_PATH_ENV) or str(Path(root) / "data"))
+
+
+def require_catalog(catalog: Catalog, data_path: str, root: Path, *, read_only: bool) -> None:
+    """Refuse a lake whose catalog is missing: orphaned data always, and a reader finding no lake."""
+    if catalog.exists():
+        return
+    refuse_orphaned_data(catalog, data_path)
+    if read_only:
+        raise LakeError(
+            f"no lake at {root}: run a recipe first (viewmill run recipes/demo.yaml) "
+            "or point --state-dir at an existing state directory"
+        )
 
 
 def refuse_orphaned_data(catalog: Catalog, data_path: str) -> None:

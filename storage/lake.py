@@ -24,6 +24,7 @@ from viewmill.storage.catalog import (
     extension_path,
     redact,
     refuse_orphaned_data,
+    require_catalog,
     s3_secret_sql,
     sql_literal,
 )
@@ -68,13 +69,7 @@ class Lake:
         self.catalog = Catalog.parse(catalog, self.root)
         explicit_data = data_path or os.environ.get(DATA_PATH_ENV)
         self.data_path = explicit_data or str(self.root / "data")
-        if not self.catalog.exists():
-            refuse_orphaned_data(self.catalog, self.data_path)
-        if read_only and not self.catalog.exists():
-            raise LakeError(
-                f"no lake at {self.root}: run a recipe first (viewmill run recipes/demo.yaml) "
-                "or point --state-dir at an existing state directory"
-            )
+        require_catalog(self.catalog, self.data_path, self.root, read_only=read_only)
         if not read_only:
             self.root.mkdir(parents=True, exist_ok=True)
             if not self.data_path.startswith("s3://") and not self.catalog.exists():

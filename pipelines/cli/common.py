@@ -42,7 +42,7 @@ USER_ERROR_NAMES = (
     ("viewmill.train.encoder", "EncoderError"),
     ("viewmill.train.evaluation.sts", "EvalDataError"),
     ("viewmill.pipelines.orchestration.prefect_env", "PrefectServerError"),
-    ("viewmill.pipelines.cli.output", "OutputError"),
+    ("viewmill.pipelines.cli.output_formats", "OutputError"),
     ("viewmill.extras", "MissingExtraError"),
     ("viewmill.train.manifest", "ExportError"),
     ("viewmill.paths", "PathError"),

@@ -18,6 +18,7 @@ from viewmill.pipelines.cli.common import (
     RecipeArgument,
     StateDir,
     UsageError,
+    catalog_spec,
     console,
     err_console,
     fail,
@@ -25,6 +26,7 @@ from viewmill.pipelines.cli.common import (
     require_recipe,
     user_errors,
 )
+from viewmill.pipelines.cli.snapshot_names import refuse_snapshot_early
 from viewmill.pipelines.orchestration.prefect_env import PrefectServerError
 from viewmill.pipelines.state import StatePaths
 
@@ -100,11 +102,14 @@ def _run(
     needs_train: bool,
 ) -> None:
     _check_arguments(recipe, dask, prefect)  # a usage error ends as one message, exit 2 (app.py)
-    settings = load_settings(catalog, dask)
     state = StatePaths.resolve(state_dir)
+    if snapshot is not None:  # no lake, or none of its snapshots: named before pydantic-settings loads
+        refuse_snapshot_early(state.lake, snapshot, catalog_spec(catalog), data_path=None)
+    settings = load_settings(catalog, dask)
     if snapshot is not None:  # the snapshot named exists, before the recipe loads
         from viewmill.storage.lake import open_lake
         from viewmill.storage.snapshots import snapshot_info
+
         with open_lake(settings, state.lake, read_only=True) as lake:
             snapshot_info(lake, snapshot)
     from viewmill.augment.ingest.readers import CorpusError

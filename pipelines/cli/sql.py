@@ -1,5 +1,6 @@
 """`viewmill sql`: one read-only query over the lake (see viewmill.storage.sql.sandbox), its result
-on stdout or in a file. Loaded only when the command runs (see `viewmill.pipelines.cli.app`)."""
+on stdout or in a file. Loaded only when the command runs (see `viewmill.pipelines.cli.app`); DuckDB
+and pyarrow only once the query is read."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from viewmill.pipelines.cli.common import (
     fail,
     user_errors,
 )
-from viewmill.pipelines.cli.output import MAX_ROWS, OutputError, OutputFormat, output_format, write_result
+from viewmill.pipelines.cli.output_formats import MAX_ROWS, OutputError, OutputFormat, output_format
 from viewmill.pipelines.state import StatePaths
-from viewmill.storage.sql.sandbox import QueryLimits, query_stream
+from viewmill.storage.sql.limits import QueryLimits
 
 QUERY_FILE_LIMIT = 1 << 20  # a query, not a data file: 1 MiB
 
@@ -72,6 +73,10 @@ def sql(
     except OutputError as exc:
         fail(exc)
     text = _query_text(ctx, query, query_file)
+    # DuckDB and pyarrow load once the query is read: a usage error is named without them.
+    from viewmill.pipelines.cli.output import write_result
+    from viewmill.storage.sql.sandbox import query_stream
+
     try:
         limits = QueryLimits(timeout_s=timeout, memory=memory)
         root = StatePaths.resolve(state_dir).lake

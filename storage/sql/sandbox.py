@@ -15,16 +15,13 @@ Output files never land on the lake (`storage.output_paths.OutputGuard`).
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import sqlite3
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -33,6 +30,7 @@ from viewmill.storage.catalog import Catalog, LakeError, redact, sql_literal
 from viewmill.storage.lake import Lake
 from viewmill.storage.output_paths import OutputGuard, OutputRefused
 from viewmill.storage.sql.check import QueryRefused, checked_query
+from viewmill.storage.sql.limits import QueryLimitHit, QueryLimits
 from viewmill.storage.sql.policy import CREDENTIAL_SETTINGS
 
 __all__ = [
@@ -46,55 +44,8 @@ __all__ = [
     "stream_query",
 ]
 
-_SIZE = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20,
-          "gib": 1 << 30, "tib": 1 << 40}  # fmt: skip
 # Where credentials come from, so that no message carries one even if DuckDB quotes it.
 _CREDENTIAL_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
-
-
-class QueryLimitHit(LakeError):
-    """The query ran past its time or memory limit; the message names the flag that raises it."""
-
-
-@dataclass(frozen=True)
-class QueryLimits:
-    """How long (seconds) and how much memory (a DuckDB size: 2GB, 512MB) one query may take."""
-
-    timeout_s: float = 60.0
-    memory: str = "2GB"
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
-            raise ValueError(f"--timeout {self.timeout_s} is not a time limit: give seconds above 0, e.g. --timeout 60")
-        if not _SIZE.fullmatch(self.memory.strip()):
-            raise ValueError(f"--memory {self.memory!r} is not a size: write it like 2GB, 512MB or 1.5GiB")
-
-    @property
-    def memory_bytes(self) -> int:
-        """The memory limit in bytes, as DuckDB reads it (KB = 1000 bytes, KiB = 1024)."""
-        number, unit = _SIZE.fullmatch(self.memory.strip()).group(0, 2)
-        return int(float(number[: -len(unit)]) * _UNITS[unit.lower()])
-
-    @property
-    def batch_rows(self) -> int:
-        """Rows per Arrow batch: a batch of rows of 256 bytes takes a sixteenth of the memory limit,
-        so the result in Python (a batch, its conversion, its text) stays within the limit too."""
-        rows = self.memory_bytes // (16 * 256)
-        return min(max(rows - rows % 2048, 2048), 122_880)  # whole DuckDB vectors; DuckDB's row group at most
-
-    def time_hit(self) -> QueryLimitHit:
-        return QueryLimitHit(
-            f"the query ran past its {self.timeout_s:g} s limit: narrow it (a WHERE, a LIMIT, fewer joins), "
-            "or raise --timeout"
-        )
-
-    def memory_hit(self, detail: str = "") -> QueryLimitHit:
-        detail = f"; {detail}" if detail else ""
-        return QueryLimitHit(
-            f"the query needed more than its {self.memory} memory limit (nothing spills to disk{detail}): narrow "
-            "it (a WHERE, a LIMIT, fewer columns), or raise --memory"
-        )
 
 
 def lock_down(lake: Lake, memory: str = QueryLimits.memory) -> None:

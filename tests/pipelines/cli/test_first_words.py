@@ -41,4 +41,21 @@ def test_options_that_do_not_go_together_and_an_unknown_snapshot_are_named_befor
     assert loaded == []
     message, loaded = _refused(tmp_path, "train", "r.yaml", "--snapshot", "nope", "--state-dir", "s")
     assert message.startswith(f"error: no lake at {tmp_path / 's' / 'lake'}: run a recipe first")
-    assert set(loaded) <= {"pyarrow", "duckdb"}, "the snapshot is looked up in the lake, as `viewmill sql` does"
+    assert loaded == []
+
+
+def test_a_snapshot_in_a_lake_without_snapshots_is_refused_from_the_catalog_alone(tmp_path):
+    from viewmill.storage.lake import Lake
+
+    (tmp_path / "r.yaml").write_text("name: r\n", encoding="utf-8")
+    Lake(tmp_path / "s" / "lake").close()
+    message, loaded = _refused(tmp_path, "train", "r.yaml", "--snapshot", "nope", "--state-dir", "s")
+    assert message == "error: no pairs snapshot named 'nope' (known: none)"
+    assert loaded == []
+
+
+@pytest.mark.parametrize("args", [["run"], ["rnu"], ["sql", "--state-dir", "s"]], ids=" ".join)
+def test_usage_panels_come_before_anything_heavy_loads(tmp_path, args):
+    message, loaded = _refused(tmp_path, *args)
+    assert "Usage:" in message or "No such command" in message
+    assert loaded == []
