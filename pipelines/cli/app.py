@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 import typer.main
+from typer._click.exceptions import ClickException
 from viewmill.pipelines.cli.common import (
     DEBUG_ENV,
     EXIT_CODES,
@@ -33,6 +34,7 @@ from viewmill.pipelines.cli.common import (
     load_settings,
     user_errors,
 )
+from viewmill.pipelines.cli.usage_errors import print_usage_error
 from viewmill.pipelines.progress import progress_interval, quiet_library_bars
 
 from viewmill import __version__
@@ -161,7 +163,10 @@ class ViewmillGroup(typer.core.TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, typer.exceptions.TyperException):  # help, usage errors, Ctrl-C
+        except ClickException as exc:  # a command's usage error: Typer's panel, drawn without its rich_utils
+            print_usage_error(exc)
+            raise typer.Exit(exc.exit_code) from None
+        except (typer.Exit, typer.Abort, typer.exceptions.TyperException):  # help, Ctrl-C
             raise
         except BrokenPipeError:
             _closed_pipe()
