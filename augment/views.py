@@ -12,7 +12,7 @@ from viewmill.augment.augmenters import AugmenterSpec, ProduceContext, Producer,
 from viewmill.augment.cache import CacheStats
 from viewmill.augment.commit_sizes import MIN_SENTENCES, CommitSizes
 from viewmill.augment.meaning import MeaningJudge
-from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
+from viewmill.augment.quality import FilterSpec, quality_signals_batch, reject_reason
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import PROVENANCE, QUALITY, VIEWS
@@ -181,7 +181,7 @@ def _chunk_views(
     """The views of `chunk` (sentence id, text, language each) as `views` rows, with their
     quality signals and the filters' verdicts; built column by column (no row dicts)."""
     produced = producer.produce([(sid, text) for sid, text, _ in chunk], ctx)
-    qualities = [quality_signals(source, view.text) for (_, source, _), view in zip(chunk, produced, strict=True)]
+    qualities = quality_signals_batch([source for _, source, _ in chunk], [view.text for view in produced])
     reasons = [
         view.reason or reject_reason(view.text, quality, filters, exempt=spec.exempt_from_filters)
         for view, quality in zip(produced, qualities, strict=True)

@@ -1,6 +1,8 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sacrebleu.metrics import CHRF
-from viewmill.augment.quality import FilterSpec, quality_signals, reject_reason
+from viewmill.augment.quality import FilterSpec, chrf_scores, quality_signals, quality_signals_batch, reject_reason
 
 
 def test_signals_for_identical_and_changed_views():
@@ -26,8 +28,31 @@ def test_a_copy_is_scored_without_the_per_sentence_chrf(monkeypatch):
     """Issue 32: sacrebleu's chrF, one sentence at a time, held identity views to ~1,000/s."""
     import viewmill.augment.quality as quality
 
-    monkeypatch.setattr(quality, "_CHRF", None)  # any call fails
+    monkeypatch.setattr(quality, "fastchrf", None)  # any call fails
     assert quality_signals("A man is playing a flute.", "A man is playing a flute.").chrf_to_source == 100.0
+
+
+PAIRS = [
+    ("A man is playing a flute.", "A flute is played by a man."),
+    ("", "abc"), ("abc", ""), ("", ""), (" ", "x"), ("a b", "ab"), ("ab", "ab "),
+    ("é\u00a0x\x1cy", "éx y"),  # whitespace to Python's str.split that other languages may not call whitespace
+    ("日本語のテキスト", "日本語テキスト"), ("(hi) there, you!", "there (hi) you!"), ("x " * 300, "x " * 299 + "y"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("source", "view"), PAIRS)
+def test_chrf_is_sacrebleus_sentence_score_to_the_last_bit(source, view):
+    """Issue 32: the batched chrF replaced sacrebleu's per-sentence call; views must not change."""
+    assert chrf_scores([(source, view)]) == [CHRF().sentence_score(view, [source]).score]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=40), st.text(max_size=40)), max_size=8))
+def test_batched_signals_equal_one_at_a_time_sacrebleu(pairs):
+    batch = quality_signals_batch([s for s, _ in pairs], [v for _, v in pairs])
+    for (source, view), signals in zip(pairs, batch, strict=True):
+        assert signals == quality_signals(source, view)
+        assert signals.chrf_to_source == CHRF().sentence_score(view, [source]).score
 
 
 def test_repeated_ngrams_count_only_what_the_source_lacks():
