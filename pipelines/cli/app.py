@@ -34,7 +34,6 @@ from viewmill.pipelines.cli.common import (
     load_settings,
     user_errors,
 )
-from viewmill.pipelines.cli.usage_errors import print_usage_error
 from viewmill.pipelines.progress import progress_interval, quiet_library_bars
 
 from viewmill import __version__
@@ -164,6 +163,8 @@ class ViewmillGroup(typer.core.TyperGroup):
         try:
             return super().invoke(ctx)
         except ClickException as exc:  # a command's usage error: Typer's panel, drawn without its rich_utils
+            from viewmill.pipelines.cli.usage_errors import print_usage_error  # here: no cost to a command that runs
+
             print_usage_error(exc)
             raise typer.Exit(exc.exit_code) from None
         except (typer.Exit, typer.Abort, typer.exceptions.TyperException):  # help, Ctrl-C
