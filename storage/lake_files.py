@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from viewmill.storage.catalog import sql_literal
 
 META = "__ducklake_metadata_lake"  # the catalog database DuckLake attaches beside the lake
 OWN_FOLDER = "_viewmill"  # viewmill's records beside the data (no Parquet file)
@@ -52,37 +53,23 @@ def relative_to_data(data_path: str, location: str) -> str:
 
 
 def catalog_files(
-    con: duckdb.DuckDBPyConnection, data_path: str, *, from_id: int | None = None, tables: tuple[str, ...] = ()
+    con: duckdb.DuckDBPyConnection,
+    data_path: str,
+    *,
+    from_id: int | None = None,
+    tables: tuple[str, ...] = (),
+    in_sqlite: bool = False,
 ) -> list[CatalogFile]:
     """Every data and delete file the catalog lists (any snapshot), with its recorded size and
-    rows; `from_id`: only files numbered from it on (see `next_file_id`); `tables`: only theirs."""
-    filters = ["f.file_id >= ?"] if from_id is not None else []
+    rows; `from_id`: only files numbered from it on (see `next_file_id`), found by a SQLite
+    catalog itself (`in_sqlite`) through its indexes; `tables`: only theirs."""
+    filters = ["file_id >= ?"] if from_id is not None else []
     params: list = [from_id] if from_id is not None else []
     if tables:
-        filters.append("list_contains(?, t.table_name)")
+        filters.append("list_contains(?, table_name)")
         params.append(list(tables))
     where = f"WHERE {' AND '.join(filters)}" if filters else ""
-    rows = con.execute(
-        f"""
-        WITH t AS (SELECT * FROM {META}.ducklake_table
-                   QUALIFY row_number() OVER (PARTITION BY table_id ORDER BY begin_snapshot DESC) = 1),
-             s AS (SELECT * FROM {META}.ducklake_schema
-                   QUALIFY row_number() OVER (PARTITION BY schema_id ORDER BY begin_snapshot DESC) = 1),
-             f AS (SELECT table_id, 'data' AS kind, path, path_is_relative, record_count AS n, file_size_bytes,
-                          begin_snapshot, end_snapshot, data_file_id, data_file_id AS file_id
-                   FROM {META}.ducklake_data_file
-                   UNION ALL
-                   SELECT table_id, 'delete', path, path_is_relative, delete_count, file_size_bytes,
-                          begin_snapshot, end_snapshot, data_file_id, delete_file_id FROM {META}.ducklake_delete_file)
-        SELECT t.table_name, f.kind, f.path, f.path_is_relative, t.path, t.path_is_relative, s.path,
-               s.path_is_relative, f.n, f.file_size_bytes, f.end_snapshot IS NULL AND t.end_snapshot IS NULL,
-               f.data_file_id, f.begin_snapshot, f.file_id
-        FROM f JOIN t USING (table_id) JOIN s ON s.schema_id = t.schema_id
-        {where}
-        ORDER BY 1, 2, 3
-        """,
-        params,
-    ).fetchall()
+    rows = con.execute(f"SELECT * FROM ({_listing(from_id, in_sqlite)}) {where} ORDER BY 1, 2, 3", params).fetchall()
     out = []
     for table, kind, path, rel, tpath, trel, spath, srel, n, size, current, data_id, begin, file_id in rows:
         location = path
@@ -98,10 +85,56 @@ def catalog_files(
     return out
 
 
-def next_file_id(con: duckdb.DuckDBPyConnection) -> int:
+# The catalog's files with their table and schema, in SQL both DuckDB and SQLite run
+# (`{prefix}`: the catalog database, or none where SQLite runs it).
+_LISTING = """
+WITH t AS (SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY table_id ORDER BY begin_snapshot DESC) AS latest
+                          FROM {prefix}ducklake_table) WHERE latest = 1),
+     s AS (SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY schema_id ORDER BY begin_snapshot DESC) AS latest
+                          FROM {prefix}ducklake_schema) WHERE latest = 1),
+     f AS (SELECT table_id, 'data' AS kind, path, path_is_relative, record_count AS n, file_size_bytes, begin_snapshot,
+                  end_snapshot, data_file_id, data_file_id AS file_id FROM {prefix}ducklake_data_file {data_where}
+           UNION ALL
+           SELECT table_id, 'delete', path, path_is_relative, delete_count, file_size_bytes, begin_snapshot,
+                  end_snapshot, data_file_id, delete_file_id FROM {prefix}ducklake_delete_file {delete_where})
+SELECT t.table_name, f.kind, f.path, f.path_is_relative AS rel, t.path AS table_path, t.path_is_relative AS table_rel,
+       s.path AS schema_path, s.path_is_relative AS schema_rel, f.n, f.file_size_bytes,
+       f.end_snapshot IS NULL AND t.end_snapshot IS NULL AS current, f.data_file_id, f.begin_snapshot, f.file_id
+FROM f JOIN t USING (table_id) JOIN s ON s.schema_id = t.schema_id"""
+# SQLite's answer comes back as text: its columns typed again.
+_TYPED = """SELECT table_name, kind, path, rel::BIGINT::BOOLEAN AS rel, table_path,
+       table_rel::BIGINT::BOOLEAN AS table_rel, schema_path, schema_rel::BIGINT::BOOLEAN AS schema_rel, n::BIGINT AS n,
+       file_size_bytes::BIGINT AS file_size_bytes, current::BIGINT::BOOLEAN AS current,
+       data_file_id::BIGINT AS data_file_id, begin_snapshot::BIGINT AS begin_snapshot, file_id::BIGINT AS file_id
+FROM ({})"""
+_NEXT_FILE_ID = "SELECT next_file_id FROM {prefix}ducklake_snapshot ORDER BY snapshot_id DESC LIMIT 1"
+
+
+def _listing(from_id: int | None, in_sqlite: bool) -> str:
+    """The listing query; from `from_id` on, a SQLite catalog runs it whole (one query, its
+    file tables read through their primary-key indexes)."""
+    if from_id is None or not in_sqlite:
+        return _LISTING.format(prefix=f"{META}.", data_where="", delete_where="")
+    where = {
+        "data_where": f"WHERE data_file_id >= {int(from_id)}",
+        "delete_where": f"WHERE delete_file_id >= {int(from_id)}",
+    }
+    return _TYPED.format(_sqlite(_LISTING.format(prefix="", **where)))
+
+
+def _sqlite(query: str) -> str:
+    """`query` run by the SQLite catalog itself, whose primary-key indexes answer its WHERE and
+    ORDER BY: DuckDB's SQLite scanner reads every row of a table and filters after, so a
+    commit's look at its new files would grow with the lake's file count (issue 32)."""
+    return f"SELECT * FROM sqlite_query({sql_literal(META)}, {sql_literal(query)})"
+
+
+def next_file_id(con: duckdb.DuckDBPyConnection, *, in_sqlite: bool = False) -> int:
     """The id the next file written will get. Files are numbered in the order commits add them;
-    a merged file keeps its sources' first snapshot, so ids, not snapshots, tell what is new."""
-    row = con.execute(f"SELECT next_file_id FROM {META}.ducklake_snapshot ORDER BY snapshot_id DESC LIMIT 1").fetchone()
+    a merged file keeps its sources' first snapshot, so ids, not snapshots, tell what is new.
+    `in_sqlite`: the catalog is SQLite (its index finds the last snapshot)."""
+    query = _sqlite(_NEXT_FILE_ID.format(prefix="")) if in_sqlite else _NEXT_FILE_ID.format(prefix=f"{META}.")
+    row = con.execute(query).fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 
 

@@ -51,6 +51,7 @@ class WriterTurns:
         self._unhashed_from = 0  # files numbered from here on have no recorded hash yet
         self._folders = FolderWatch(data_path)  # finds a transaction's files without listing the lake
         self._all_recorded = False  # the turn was one transaction, recorded after its commit
+        self._in_sqlite = catalog.kind == "sqlite"  # its own indexes find a commit's new files
 
     def raise_if_disk_full(self, exc: BaseException) -> None:
         raise_if_disk_full(exc, self.root, self.catalog, self.data_path)
@@ -84,7 +85,7 @@ class WriterTurns:
         try:
             self.lock.acquire(on_wait)
             # Under the lock no other writer commits: every file added from here on is ours.
-            self._unhashed_from = next_file_id(self.con)
+            self._unhashed_from = next_file_id(self.con, in_sqlite=self._in_sqlite)
         except BaseException as exc:
             self._depth -= 1
             self.lock.release()
@@ -143,10 +144,10 @@ class WriterTurns:
 
     def _record_new_files(self) -> None:
         """Hash the files that commits since the lock was taken added, and record them."""
-        upto = next_file_id(self.con)
+        upto = next_file_id(self.con, in_sqlite=self._in_sqlite)
         if upto <= self._unhashed_from:
             return
-        added = catalog_files(self.con, self.data_path, from_id=self._unhashed_from)
+        added = catalog_files(self.con, self.data_path, from_id=self._unhashed_from, in_sqlite=self._in_sqlite)
         new = [f for f in added if f.file_id < upto and f.rel not in self._recorded_before_commit]
         if new:
             try:

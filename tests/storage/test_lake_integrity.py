@@ -307,8 +307,27 @@ def test_a_transaction_alone_in_its_turn_asks_the_catalog_for_new_files_once_aft
     with Lake(tmp_path / "lake") as lake:
         seed_views(lake, 2, 1)
         asked, next_file_id = [], lake_writes.next_file_id
-        monkeypatch.setattr(lake_writes, "next_file_id", lambda con: asked.append(1) or next_file_id(con))
+        monkeypatch.setattr(lake_writes, "next_file_id", lambda con, **kw: asked.append(1) or next_file_id(con, **kw))
         with lake.transaction():
             lake.append("views", pa.Table.from_pylist([{"view_id": "C-s0", "augmenter": "C"}], schema=VIEWS))
         assert len(asked) == 2, "when the lock is taken, and after the commit"
         assert verify_lake(lake).of_kind("unhashed", "orphan") == []
+
+
+def test_a_commit_finds_its_new_files_without_reading_the_catalogs_older_file_rows(tmp_path):
+    """Issue 32: DuckDB's SQLite scanner read every row of the catalog's file table to find a
+    commit's new files (each commit's cost grew with the lake). An older row made unreadable
+    fails the commit only where it is read."""
+    import sqlite3
+
+    with Lake(tmp_path / "lake") as lake:
+        seed_views(lake, 2, 1)
+    catalog = sqlite3.connect(tmp_path / "lake" / "catalog.sqlite")
+    with catalog:
+        catalog.execute(
+            "UPDATE ducklake_data_file SET file_size_bytes = 'unreadable' "
+            "WHERE data_file_id = (SELECT min(data_file_id) FROM ducklake_data_file)"
+        )
+    catalog.close()
+    with Lake(tmp_path / "lake") as lake, lake.transaction():
+        lake.append("views", pa.Table.from_pylist([{"view_id": "C-s0", "augmenter": "C"}], schema=VIEWS))
