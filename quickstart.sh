@@ -41,15 +41,21 @@ install_python_packages() {
     echo "==> creating .venv with $($python --version)"
     "$python" -m venv .venv
   fi
-  local stamp=.venv/.viewmill-installed want
+  # The demo needs the prefect extra alone (its temporary server); test and install (docker/) take
+  # every extra. The stamp records the extras installed, so `test` or `install` after a demo adds
+  # the rest, and a demo after either installs nothing.
+  local extras=all,test
+  [ "$command" = demo ] && extras=prefect
+  local stamp=.venv/.viewmill-installed want have
   want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    echo "==> pip install (pinned by constraints.txt)"
+  have=$(cat "$stamp" 2>/dev/null || true)
+  if [ "$have" != "$want $extras" ] && [ "$have" != "$want all,test" ]; then
+    echo "==> pip install .[$extras] (pinned by constraints.txt)"
     # torch first and on its own, so no other package picks its build. VIEWMILL_TORCH_INDEX
     # chooses one (the GPU image: PyTorch's CUDA index); by default pip's own choice.
     .venv/bin/pip install -q --disable-pip-version-check ${VIEWMILL_TORCH_INDEX:+--index-url "$VIEWMILL_TORCH_INDEX"} torch==2.13.0
-    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[all,test]"
-    echo "$want" > "$stamp"
+    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[$extras]"
+    echo "$want $extras" > "$stamp"
   fi
 }
 
