@@ -3,8 +3,10 @@ while model, task and data are the same."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.progress import progress_bar
+from viewmill.pipelines.stages.evaluate_dev import reusable_dev_scores
 from viewmill.storage.ids import file_hash, fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import EVALS, EVALS_KEY
@@ -20,7 +23,7 @@ from viewmill.train.card import task_dataset
 from viewmill.train.encoder import load_sentence_model
 from viewmill.train.evaluation import suite
 from viewmill.train.evaluation.senteval import TransferTask
-from viewmill.train.evaluation.sts import Embedder, StsTask
+from viewmill.train.evaluation.sts import Embedder, StsTask, load_task
 from viewmill.train.export import same_weights, write_card
 
 Task = StsTask | TransferTask
@@ -72,8 +75,11 @@ def evaluate_stage(ctx: RunContext, models: list[EvalTarget]) -> list[EvalRow]:
     the model the run trained gets every score (`EvalTarget.card`)."""
     spec = ctx.recipe.evaluate
     assert spec is not None
+    # Read when a model lacks stored rows only: a second run checks nothing here.
+    training_scores = functools.cache(lambda: _training_dev_scores(ctx, models, spec.tasks, spec.batch_size))
     with ctx.lake() as lake:
-        rows = evaluate_models(lake, models, spec.tasks, run_id=ctx.run_id, batch_size=spec.batch_size)
+        rows = evaluate_models(lake, models, spec.tasks, run_id=ctx.run_id, batch_size=spec.batch_size,
+                               dev_scores=lambda model_id: training_scores().get(model_id, {}))  # fmt: skip
     for target in models:
         if target.card:
             try:
@@ -84,6 +90,23 @@ def evaluate_stage(ctx: RunContext, models: list[EvalTarget]) -> list[EvalRow]:
     return rows
 
 
+def _training_dev_scores(
+    ctx: RunContext, models: list[EvalTarget], tasks: list[Task], batch_size: int
+) -> dict[str, dict[str, float]]:
+    """{model id: {task: score}}: the dev scores the train stage made of the run's model (its
+    exported step) and of its start (step 0) that stand for this stage's own (`evaluate_dev`)."""
+    trained = next((target for target in models if target.card), None)
+    if ctx.recipe.train is None or trained is None:
+        return {}
+    start = trained.start if trained.start is not None and trained.start.pooling is None else None
+    reused = reusable_dev_scores(ctx.recipe.train, trained.path, start.path if start else None, tasks, batch_size,
+                                 task_data_hash)  # fmt: skip
+    by_model = {trained.model_id: reused.get("trained", {})}
+    if start is not None:
+        by_model[start.model_id] = reused.get("start", {})
+    return by_model
+
+
 def card_results(tasks: list[Task], rows: list[EvalRow]) -> list[dict[str, Any]]:
     """A model's headline rows as its card shows them: metric and Hugging Face data set added."""
     by_name = {task.name: task for task in tasks}
@@ -92,32 +115,47 @@ def card_results(tasks: list[Task], rows: list[EvalRow]) -> list[dict[str, Any]]
 
 
 def evaluate_models(
-    lake: Lake, models: list[EvalTarget], tasks: list[Task], *, run_id: str, batch_size: int = 64
-) -> list[EvalRow]:
+    lake: Lake, models: list[EvalTarget], tasks: list[Task], *, run_id: str, batch_size: int = 64,
+    dev_scores: Callable[[str], Mapping[str, float]] | None = None,
+) -> list[EvalRow]:  # fmt: skip
     """Score every model on every task (each subset, plus "all" and "mean" where a task has
-    subsets), store new rows in `evals`, and return the headline ("all") value per model and task."""
+    subsets), store new rows in `evals`, and return the headline ("all") value per model and task.
+    `dev_scores(model id)` ({task: score}): scores training made, stored instead of scoring again."""
     results: list[EvalRow] = []
     data_hashes = {task.name: task_data_hash(task) for task in tasks}
+    dev_scores = dev_scores or (lambda model_id: {})
     for target in models:
         start = target.start
         if start is not None and same_weights(Path(target.path), start.path):
             log.info("%s: its weights are %s's (%s), tensor for tensor: %s's scores are reused, not scored again",
                         target.label, start.label, start.path, start.label)  # fmt: skip
-            rows = _headline_rows(lake, start, tasks, data_hashes, run_id=run_id, batch_size=batch_size)
+            rows = _headline_rows(lake, start, tasks, data_hashes, run_id=run_id, batch_size=batch_size,
+                                  dev_scores=dev_scores)  # fmt: skip
             _copy_evals(lake, start, target, tasks, data_hashes, run_id)
             results += [EvalRow(target.label, r.task, r.value, r.n, r.convention, reused=True, same_as=start.label)
                         for r in rows]  # fmt: skip
         else:
-            results += _headline_rows(lake, target, tasks, data_hashes, run_id=run_id, batch_size=batch_size)
+            results += _headline_rows(lake, target, tasks, data_hashes, run_id=run_id, batch_size=batch_size,
+                                      dev_scores=dev_scores)  # fmt: skip
     return results
 
 
 def _headline_rows(
-    lake: Lake, target: EvalTarget, tasks: list[Task], data_hashes: dict[str, str], *, run_id: str, batch_size: int
-) -> list[EvalRow]:
-    """The target's headline row per task: stored ones reused, the others scored and stored."""
+    lake: Lake, target: EvalTarget, tasks: list[Task], data_hashes: dict[str, str], *, run_id: str, batch_size: int,
+    dev_scores: Callable[[str], Mapping[str, float]],
+) -> list[EvalRow]:  # fmt: skip
+    """The target's headline row per task: stored ones reused, training's dev scores stored, the
+    others scored and stored."""
     done = _stored_results(lake, target.model_id, data_hashes)
     todo = [task for task in tasks if not done[task.name]]
+    scores = dev_scores(target.model_id) if todo else {}
+    from_dev = [task for task in todo if task.name in scores]
+    if from_dev:
+        log.info("%s: %s from training's dev scores (the same weights, evaluator, truncation and batch size), "
+                 "not scored again", target.label, ", ".join(task.name for task in from_dev))  # fmt: skip
+        rows = _dev_rows(target, from_dev, scores, data_hashes, done, run_id)
+        _replace_evals(lake, target.model_id, [task.name for task in from_dev], rows)
+        todo = [task for task in todo if task not in from_dev]
     if todo:
         new_rows = _score(target, todo, data_hashes, done, run_id=run_id, batch_size=batch_size)
         _replace_evals(lake, target.model_id, [task.name for task in todo], new_rows)
@@ -126,6 +164,22 @@ def _headline_rows(
         row = next(r for r in done[task.name] if r["subset"] == "all")
         rows.append(EvalRow(target.label, task.name, row["value"], row["n"], row["convention"],
                             reused=task not in todo))  # fmt: skip
+    return rows
+
+
+def _dev_rows(
+    target: EvalTarget, tasks: list[Task], scores: Mapping[str, float], data_hashes: dict[str, str],
+    done: dict[str, list[dict[str, Any]]], run_id: str,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """`evals` rows of one-set tasks from training's dev scores; each also goes to `done`."""
+    rows = []
+    for task in tasks:
+        data = next(iter(load_task(task).values()))
+        row = {"task": task.name, "subset": "all", "value": scores[task.name], "n": len(data.gold),
+               "convention": data.convention, "data_hash": data_hashes[task.name]}  # fmt: skip
+        done[task.name].append(row)
+        rows.append({**row, "model": target.model_id, "model_label": target.label, "metric": suite.metric_of(task),
+                     "run_id": run_id, "created_at": datetime.now(UTC)})  # fmt: skip
     return rows
 
 
