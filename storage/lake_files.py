@@ -224,7 +224,10 @@ class FolderWatch:
                 continue
             listing = _list_folder(folder, mtime, skip=os.path.join(root, OWN_FOLDER))
             seen = known.parquet if known is not None else set()
-            for name in sorted(listing.parquet - seen):
+            # A file made since `since_ns` changed its folder's time: an older folder's files (a
+            # process's first listing of the lake) need no look at their own times.
+            fresh = listing.parquet - seen if mtime >= since_ns - CLOCK_SLACK_NS else set()
+            for name in sorted(fresh):
                 path = os.path.join(folder, name)
                 with contextlib.suppress(FileNotFoundError):
                     if os.stat(path).st_mtime_ns >= since_ns:

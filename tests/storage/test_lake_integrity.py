@@ -1,7 +1,9 @@
 """The lake is the truth: copies, lost catalogs, compaction, snapshot hashes, corpus versions,
 verify and repair, on real DuckLake lakes (SQLite catalog, Parquet files)."""
 
+import os
 import shutil
+import time
 from pathlib import Path
 
 import duckdb
@@ -331,3 +333,28 @@ def test_a_commit_finds_its_new_files_without_reading_the_catalogs_older_file_ro
     catalog.close()
     with Lake(tmp_path / "lake") as lake, lake.transaction():
         lake.append("views", pa.Table.from_pylist([{"view_id": "C-s0", "augmenter": "C"}], schema=VIEWS))
+
+
+def test_a_processs_first_commit_looks_at_no_file_in_folders_unchanged_since_it_began(tmp_path, monkeypatch):
+    """Issue 32: the first commit of each shard job stat-ed every Parquet file of the lake to
+    find its own (a cost growing with the lake); a folder older than the transaction holds none."""
+    with Lake(tmp_path / "lake") as lake:
+        seed_views(lake, 6, 3)
+    hour_ago = time.time() - 3600
+    for folder in (tmp_path / "lake" / "data").rglob("*"):
+        if folder.is_dir():
+            os.utime(folder, (hour_ago, hour_ago))
+    looked, stat = [], os.stat
+
+    def looking(path, *args, **kwargs):
+        looked.append(str(path))
+        return stat(path, *args, **kwargs)
+
+    with Lake(tmp_path / "lake") as lake:
+        monkeypatch.setattr(os, "stat", looking)
+        with lake.transaction():
+            lake.append("views", pa.Table.from_pylist([{"view_id": "D-s0", "augmenter": "D"}], schema=VIEWS))
+        monkeypatch.undo()
+        assert verify_lake(lake).of_kind("unhashed", "orphan") == []
+    new_file = {str(path) for path in (tmp_path / "lake" / "data").rglob("augmenter=D/*.parquet")}
+    assert {path for path in looked if path.endswith(".parquet")} == new_file
