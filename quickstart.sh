@@ -44,8 +44,10 @@ install_python_packages() {
   # The demo needs the prefect extra alone (its temporary server); test and install (docker/) take
   # every extra. The stamp records the extras installed, so `test` or `install` after a demo adds
   # the rest, and a demo after either installs nothing.
-  local extras=all,test
-  [ "$command" = demo ] && extras=prefect
+  local extras=all,test no_compile=""
+  # The demo also skips pip's bytecode compile of every installed module (95 CPU-seconds,
+  # 2026-11-27): Python compiles the few it imports on first import.
+  [ "$command" = demo ] && extras=prefect no_compile=1
   local stamp=.venv/.viewmill-installed want have
   want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
   have=$(cat "$stamp" 2>/dev/null || true)
@@ -53,8 +55,9 @@ install_python_packages() {
     echo "==> pip install .[$extras] (pinned by constraints.txt)"
     # torch first and on its own, so no other package picks its build. VIEWMILL_TORCH_INDEX
     # chooses one (the GPU image: PyTorch's CUDA index); by default pip's own choice.
-    .venv/bin/pip install -q --disable-pip-version-check ${VIEWMILL_TORCH_INDEX:+--index-url "$VIEWMILL_TORCH_INDEX"} torch==2.13.0
-    .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[$extras]"
+    .venv/bin/pip install -q --disable-pip-version-check ${no_compile:+--no-compile} \
+      ${VIEWMILL_TORCH_INDEX:+--index-url "$VIEWMILL_TORCH_INDEX"} torch==2.13.0
+    .venv/bin/pip install -q --disable-pip-version-check ${no_compile:+--no-compile} -c constraints.txt -e ".[$extras]"
     echo "$want $extras" > "$stamp"
   fi
 }
