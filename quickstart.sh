@@ -11,6 +11,7 @@ cd "$(dirname "$0")"
 usage() { echo "usage: ./quickstart.sh demo|test|install [extra arguments for viewmill run / pytest]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 command=$1; shift
+extra_arguments=$#
 case "$command" in demo|test|install) ;; *) usage ;; esac
 
 SYSTEM_PACKAGES=(apertium apertium-eng-spa apertium-eng-cat wordnet-base)
@@ -47,7 +48,8 @@ install_python_packages() {
   local extras=all,test no_compile=""
   # The demo also skips pip's bytecode compile of every installed module (95 CPU-seconds,
   # 2026-11-27): Python compiles the few it imports on first import.
-  [ "$command" = demo ] && extras=prefect no_compile=1
+  # A demo given options (--dask, --catalog postgres:...) may need any extra: it takes them all.
+  if [ "$command" = demo ]; then no_compile=1; extras=prefect; [ "$extra_arguments" -eq 0 ] || extras=all; fi
   local stamp=.venv/.viewmill-installed want have
   want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
   have=$(cat "$stamp" 2>/dev/null || true)

@@ -151,8 +151,9 @@ def _headline_rows(
     scores = dev_scores(target.model_id) if todo else {}
     from_dev = [task for task in todo if task.name in scores]
     if from_dev:
-        log.info("%s: %s from training's dev scores (the same weights, evaluator, truncation and batch size), "
-                 "not scored again", target.label, ", ".join(task.name for task in from_dev))  # fmt: skip
+        log.info("%s: %s from training's dev scores (the same weights, truncation and batch size; equal to a "
+                 "fresh scoring within 1e-4), not scored again",
+                 target.label, ", ".join(task.name for task in from_dev))  # fmt: skip
         rows = _dev_rows(target, from_dev, scores, data_hashes, done, run_id)
         _replace_evals(lake, target.model_id, [task.name for task in from_dev], rows)
         todo = [task for task in todo if task not in from_dev]

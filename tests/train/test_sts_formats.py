@@ -99,3 +99,17 @@ def test_the_cli_lists_sts_formats(plugin):
     assert result.exit_code == 0, result.output
     formats = "stsb, sick, sick-all, senteval-sts, sts17, stsb-xling, broken, pipe-sts"
     assert f"STS formats [viewmill.sts_formats]: {formats}" in result.output.splitlines()
+
+
+def test_a_task_of_one_named_subset_also_has_its_headline_row(monkeypatch):
+    # A senteval-sts folder holding one STS.input.X.txt is one subset named X: the evaluate stage
+    # reads each task's "all" row, which was missing.
+    from viewmill.train.evaluation import sts
+
+    data = sts.StsData(["a b", "c d", "e f"], ["a c", "c e", "f a"], np.array([1.0, 3.0, 5.0]), "Spearman x100")
+    monkeypatch.setattr(sts, "load_task", lambda task: {"headlines": data})
+    rng = np.random.default_rng(0)
+    vectors = {text: rng.normal(size=4) for text in {*data.s1, *data.s2}}
+    rows = score_task(lambda texts: np.stack([vectors[t] for t in texts]), StsTask(name="x", format="stsb", path="x"))
+    assert [r["subset"] for r in rows] == ["headlines", "all"]
+    assert rows[1]["value"] == rows[0]["value"] and rows[1]["n"] == 3

@@ -265,6 +265,8 @@ def score_task(embed: Callable[[list[str]], np.ndarray], task: StsTask) -> list[
          "convention": f"skipped: {data.skipped}" if data.skipped else data.convention, "unscored": data.unscored}
         for name, data in subsets.items()
     ]  # fmt: skip
+    if len(subsets) == 1 and "all" not in subsets:  # a one-file folder: its one set is also the headline
+        rows.append({**rows[0], "subset": "all"})
     if len(subsets) > 1:
         whole = concatenated(subsets)
         rows.append({"subset": "all", "value": spearman_x100(embed, whole), "n": len(whole.gold),

@@ -79,3 +79,15 @@ def test_the_start_is_not_reused_where_training_truncated_a_text(tiny_model):
     texts = [f"{SENTENCES[0]} {SENTENCES[1]}"]  # over 8 tokens: truncated in training, not by the start
     assert _start_scores_alike(TrainSpec(max_length=64), str(tiny_model), str(tiny_model), texts)
     assert not _start_scores_alike(TrainSpec(max_length=8), str(tiny_model), str(tiny_model), texts)
+
+
+def test_a_model_with_a_module_without_settings_is_never_alike(tiny_model):
+    # IS-BERT's CNN is a plain nn.Module: no get_config_dict to compare, so no reuse (and no crash).
+    from sentence_transformers import SentenceTransformer
+    from viewmill.pipelines.stages.evaluate_dev import _structure
+    from viewmill.train.modeling_isbert import ReLUCNN
+
+    model = load_sentence_model(str(tiny_model))
+    with_cnn = SentenceTransformer(modules=[model[0], ReLUCNN(model[0].get_word_embedding_dimension(), 4, (1, 3))])
+    assert _structure(model) is not None
+    assert _structure(with_cnn) is None
