@@ -34,11 +34,9 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import socket
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,10 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pyarrow.parquet as pq
 from ingest import write_corpus
-from pipeline_scale import VIEWMILL, child_env, run_record, spread, timed_process
+from pipeline_scale import VIEWMILL, child_env, run_benchmark, run_record, spread, timed_process
 from scale_recipes import PROFILES, install_plugin, recipe
-
-from viewmill.cpu import cpu_cores, flags_label
 
 CONFIGS = ("local", "shared")
 # What is compared between runs: ids and texts, never when or in which run a row was written.
@@ -253,13 +249,7 @@ def main() -> None:
     if args.digest:
         print(json.dumps(digest(*args.digest)))
         return
-    print(f"CPU flags: {flags_label()}; {cpu_cores()} cores; load average {os.getloadavg()[0]:.1f}; "
-          f"format {args.format}, {args.steps} training steps, {args.repeats} repeat(s)", flush=True)  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="viewmill-dask-") as name:
-        results = bench(args, Path(name))
-    if args.json:
-        args.json.write_text(json.dumps({"flags": flags_label(), "args": vars(args) | {"json": str(args.json)},
-                                         "results": results}, indent=1, default=str), encoding="utf-8")  # fmt: skip
+    run_benchmark(args, bench, prefix="viewmill-dask-", what=f"profiles {', '.join(args.profiles)}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -295,10 +296,16 @@ def main() -> None:
     if args.alone:
         print(json.dumps(engines_alone(args.alone)))
         return
+    run_benchmark(args, bench, prefix="viewmill-scale-", what=f"profile {args.profile}")
+
+
+def run_benchmark(args: argparse.Namespace, bench: Callable[[argparse.Namespace, Path], list[dict]], *,
+                  prefix: str, what: str) -> None:  # fmt: skip
+    """Print the machine, run `bench` in a temporary folder, and write its results to --json."""
     print(f"CPU flags: {flags_label()}; {cpu_cores()} cores; load average {os.getloadavg()[0]:.1f}; "
-          f"profile {args.profile}, format {args.format}, {args.steps} training steps, {args.repeats} repeat(s)",
+          f"{what}, format {args.format}, {args.steps} training steps, {args.repeats} repeat(s)",
           flush=True)  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="viewmill-scale-") as name:
+    with tempfile.TemporaryDirectory(prefix=prefix) as name:
         results = bench(args, Path(name))
     if args.json:
         args.json.write_text(json.dumps({"flags": flags_label(), "args": vars(args) | {"json": str(args.json)},
