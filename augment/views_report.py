@@ -25,8 +25,10 @@ from sacrebleu.metrics import BLEU
 from viewmill.augment import chain_report
 from viewmill.augment.augmenters import augmenter_class
 from viewmill.augment.meaning_report import COSINE_FILTER_BODY, STORED_COSINES_BODY, CosineFilter, markdown_lines
+from viewmill.storage.catalog import unknown_snapshot
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.output_paths import OutputGuard
+from viewmill.storage.snapshots import snapshot_names
 
 Key = tuple[str, str]  # (augmenter, config hash prefix)
 Encode = Callable[[list[str]], np.ndarray]  # texts -> one embedding per row
@@ -205,8 +207,7 @@ def build_report(
     for up to `cosine_sample` kept views per augmenter when `encode` is given. `progress` shows
     the slow parts (cosine, self-BLEU) as they go."""
     if snapshot and lake.scalar("SELECT count(*) FROM snapshots WHERE snapshot = ?", [snapshot]) == 0:
-        known = [r[0] for r in lake.con.execute("SELECT snapshot FROM snapshots ORDER BY created_at").fetchall()]
-        raise LakeError(f"no pairs snapshot named '{snapshot}' (known: {', '.join(known) or 'none'})")
+        raise unknown_snapshot(snapshot, snapshot_names(lake))
     rows = lake.arrow(stats_sql(snapshot)).to_pylist()
     if not rows:
         where = f"snapshot {snapshot}'s corpus" if snapshot else "the lake"

@@ -21,6 +21,11 @@ class LakeError(RuntimeError):
     """The lake cannot be opened or written; the message says why and what to do."""
 
 
+def unknown_snapshot(snapshot: str, known: list[str]) -> LakeError:
+    """The refusal of a pairs snapshot name the lake does not hold, naming those it does."""
+    return LakeError(f"no pairs snapshot named '{snapshot}' (known: {', '.join(known) or 'none'})")
+
+
 def s3_secret_sql() -> str:
     """A DuckDB secret for s3:// data paths, from the usual AWS variables plus viewmill's own
     for S3-compatible stores (MinIO, Ceph): VIEWMILL_S3_ENDPOINT, VIEWMILL_S3_URL_STYLE

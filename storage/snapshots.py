@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
+from viewmill.storage.catalog import unknown_snapshot
 from viewmill.storage.files import build_dir_atomically
 from viewmill.storage.ids import canonical_json, fingerprint
 from viewmill.storage.lake import Lake, LakeError
@@ -230,9 +231,13 @@ def _require_snapshot(lake: Lake, snapshot: str) -> dict[str, Any]:
     """The snapshot's `snapshots` row (a clear error naming the known ones if absent)."""
     rows = lake.arrow("SELECT * FROM snapshots WHERE snapshot = ?", [snapshot]).to_pylist()
     if not rows:
-        known = [r[0] for r in lake.con.execute("SELECT snapshot FROM snapshots ORDER BY created_at").fetchall()]
-        raise LakeError(f"no pairs snapshot named '{snapshot}' (known: {', '.join(known) or 'none'})")
+        raise unknown_snapshot(snapshot, snapshot_names(lake))
     return rows[0]
+
+
+def snapshot_names(lake: Lake) -> list[str]:
+    """The lake's pairs snapshots, oldest first."""
+    return [r[0] for r in lake.con.execute("SELECT snapshot FROM snapshots ORDER BY created_at").fetchall()]
 
 
 def _per_anchor(record: dict[str, Any]) -> int:

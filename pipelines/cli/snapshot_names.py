@@ -13,7 +13,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from viewmill.storage.catalog import DATA_PATH_ENV, Catalog, LakeError, require_catalog
+from viewmill.storage.catalog import DATA_PATH_ENV, Catalog, require_catalog, unknown_snapshot
 
 # The `snapshots` table of the catalog's current version (its main schema).
 _TABLE_ID = (
@@ -24,18 +24,13 @@ _LIVE_FILE = "SELECT 1 FROM ducklake_data_file WHERE table_id = ? AND end_snapsh
 _INLINED = "SELECT table_name FROM ducklake_inlined_data_tables WHERE table_id = ?"
 
 
-def unknown_snapshot(snapshot: str) -> LakeError:
-    """The lookup's refusal for a lake with no snapshot (storage.snapshots says the same)."""
-    return LakeError(f"no pairs snapshot named '{snapshot}' (known: none)")
-
-
 def refuse_snapshot_early(root: Path, snapshot: str, catalog: str | None, *, data_path: str | None) -> None:
     """LakeError when the lake at `root` is missing or has no pairs snapshot; returns when the
     name must be looked up in the lake. `data_path` None: VIEWMILL_DATA_PATH, else <root>/data."""
     spec = Catalog.parse(catalog, root)
     require_catalog(spec, data_path or os.environ.get(DATA_PATH_ENV) or str(root / "data"), root, read_only=True)
     if spec.kind == "sqlite" and _no_snapshot_rows(Path(spec.target)):
-        raise unknown_snapshot(snapshot)
+        raise unknown_snapshot(snapshot, [])
 
 
 def _no_snapshot_rows(catalog_file: Path) -> bool:
