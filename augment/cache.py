@@ -13,6 +13,10 @@ from viewmill.storage.lake import Lake
 from viewmill.storage.lake_writes import key_range
 from viewmill.storage.schema import TRANSLATIONS
 
+# New translations per commit where a neural engine's output depends on its batch: a kill loses
+# at most this many, and the batches (hence the texts) never depend on timing.
+BATCH_VARIANT_CHUNK = 256
+
 
 @dataclass
 class CacheStats:
@@ -46,13 +50,16 @@ def translate_cached(
     decoding: DecodingSpec,
     *,
     run_id: str,
-    chunk_size: int = 256,
+    chunk_size: int | None = BATCH_VARIANT_CHUNK,
     on_chunk: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, tuple[str, str]], CacheStats]:
     """Translate unique `texts`, reading what the cache has and storing what it lacks.
 
     Returns {source text: (best hypothesis, cache key)} and hit/miss counts. Each chunk of
-    new translations is committed on its own, so a killed run keeps what it finished.
+    `chunk_size` new translations is committed on its own, so a killed run keeps what it
+    finished; None: one commit for all of them (the caller's chunk is already sized to about a
+    second of work). A million sentences in chunks of 256 made thousands of small files, and
+    every commit's catalog work grew with them.
     """
     unique = list(dict.fromkeys(texts))
     keys = {text: cache_key(engine, src, tgt, decoding, text) for text in unique}
@@ -61,8 +68,9 @@ def translate_cached(
     stats = CacheStats(hits=len(unique) - len(missing), misses=len(missing))
     if on_chunk is not None and stats.hits:
         on_chunk(stats.hits)
-    for start in range(0, len(missing), chunk_size):
-        chunk = missing[start : start + chunk_size]
+    step = chunk_size or max(len(missing), 1)
+    for start in range(0, len(missing), step):
+        chunk = missing[start : start + step]
         hypotheses = engine.translate(chunk, src, tgt, decoding)
         rows = _translation_rows(engine, src, tgt, decoding, keys, chunk, hypotheses, run_id)
         with lake.transaction():

@@ -41,3 +41,28 @@ def test_the_cache_reads_only_files_of_its_direction_and_source_hash_range(tmp_p
     assert (stats.hits, stats.misses) == (50, 50)
     assert engine.calls == texts[200:250]
     assert found[texts[150]][0] == texts[150].upper()
+
+
+def _translation_files(root) -> int:
+    return sum(1 for path in (root / "data").rglob("*.parquet") if "tgt_lang=" in str(path))
+
+
+def test_new_translations_commit_once_per_call_unless_a_chunk_size_is_set(tmp_path):
+    # A million sentences in commits of 256 made thousands of translation files; a batch-invariant
+    # engine's translations of one views chunk (already sized to about a second) now commit at once.
+    texts, decoding = _texts_by_hash(600), DecodingSpec()
+    with Lake(tmp_path / "once") as lake:
+        translate_cached(lake, Upper(), texts, "en", "es", decoding, run_id="r", chunk_size=None)
+    with Lake(tmp_path / "chunked") as lake:
+        translate_cached(lake, Upper(), texts, "en", "es", decoding, run_id="r")
+    assert (_translation_files(tmp_path / "once"), _translation_files(tmp_path / "chunked")) == (1, 3)
+
+
+def test_only_batch_variant_engines_translate_in_fixed_chunks():
+    from viewmill.augment.translation_augmenters import Forward, TranslationProducer
+
+    producer = TranslationProducer(Forward(name="fwd", engine="apertium", target="es"))
+    try:
+        assert producer.commit_chunk is None  # Apertium translates each sentence on its own
+    finally:
+        producer.close()
