@@ -12,7 +12,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 from viewmill.storage.catalog import sql_literal
 
 META = "__ducklake_metadata_lake"  # the catalog database DuckLake attaches beside the lake
@@ -151,6 +150,8 @@ def file_size(con: duckdb.DuckDBPyConnection, location: str) -> int | None:
 def footer_rows(con: duckdb.DuckDBPyConnection, location: str) -> int:
     """The row count a Parquet footer records (raises when the footer cannot be read)."""
     if not is_remote(location):
+        import pyarrow.parquet as pq  # only a merge's row counts need it, not a plain read
+
         return pq.read_metadata(location).num_rows
     row = con.execute("SELECT num_rows FROM parquet_file_metadata(?)", [location]).fetchone()
     return int(row[0]) if row else 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import filelock
 from viewmill.storage.catalog import Catalog, LakeError, lost_connection, redact
 
 from viewmill.extras import require
@@ -41,6 +40,8 @@ class WriterLock:
                     f"{redact(str(exc))}"
                 ) from None
         else:
+            import filelock  # a writer's only: a read-only lake (viewmill sql) never locks
+
             if self._file is None:
                 self.root.mkdir(parents=True, exist_ok=True)
                 # One lock per Lake shared by its threads (as the Lake's own depth counter is);

@@ -59,3 +59,17 @@ def test_usage_panels_come_before_anything_heavy_loads(tmp_path, args):
     message, loaded = _refused(tmp_path, *args)
     assert "Usage:" in message or "No such command" in message
     assert loaded == []
+
+
+def test_a_plain_query_loads_no_writer_and_no_parquet_reader(tmp_path):
+    # `viewmill sql` opens the lake read-only: the writer lock (filelock), pyarrow's Parquet
+    # module, the recipe schema and torch are not its to load (issue 34.8).
+    from viewmill.storage.lake import Lake
+
+    Lake(tmp_path / "s" / "lake").close()
+    watched = ("filelock", "pyarrow.parquet", "viewmill.pipelines.recipe", "torch", "prefect", "pyarrow", "duckdb")
+    probe = PROBE.replace(repr(HEAVY), repr(watched))
+    done = subprocess.run([sys.executable, "-c", probe, "sql", "SELECT 1", "--state-dir", "s"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == ["pyarrow", "duckdb"]
