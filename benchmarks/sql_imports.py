@@ -17,11 +17,10 @@ import os
 import statistics
 import subprocess
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
-from cli_startup import PYTHON, VIEWMILL, _open_lake_code
+from cli_startup import PYTHON, VIEWMILL, _open_lake_code, _timed
 
 from viewmill.cpu import flags_label
 
@@ -50,12 +49,6 @@ def import_seconds(state: Path) -> dict[str, float]:
     return totals
 
 
-def wall(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, capture_output=True, check=True)
-    return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
@@ -67,12 +60,12 @@ def main() -> None:
         runs = {"python-lake": [PYTHON, "-c", _open_lake_code(state)],
                 "viewmill sql": [VIEWMILL, "sql", "SELECT 1", "--state-dir", str(state)]}  # fmt: skip
         for argv in runs.values():
-            wall(argv)  # warm-up
+            _timed(argv)  # warm-up
         times: dict[str, list[float]] = defaultdict(list)
         groups: dict[str, list[float]] = defaultdict(list)
         for _ in range(args.repeats):
             for key, argv in runs.items():
-                times[key].append(wall(argv))
+                times[key].append(_timed(argv))
             for group, seconds in import_seconds(state).items():
                 groups[group].append(seconds)
     print(f"\n{'process (wall)':<40} {'min':>7} {'median':>7} {'max':>7}")
