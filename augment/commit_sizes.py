@@ -1,5 +1,6 @@
 """How many sentences an augment shard commits at a time: what a kill can lose, against each
-commit's fixed cost (a Parquet file, a catalog transaction, hashes recorded, ~0.1 s)."""
+commit's lake work (a Parquet file, a catalog transaction, hashes recorded, the translation
+cache's lookup), which is ~0.1 s on a new lake and grows with the lake's file count."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ Item = TypeVar("Item")
 MIN_SENTENCES = 512  # the adaptive commit's floor: one batch of slow translation
 MAX_SENTENCES = 65_536  # its ceiling: a chunk's views are held in memory until they commit
 WORK_PER_COMMIT_S = 1.0  # the adaptive commit's aim: about a second of work per commit
+# ... and at most this share of it in the lake: a commit's lake work grows with the lake's files,
+# so commits grow with it and the file count, hence each commit's cost, grows sub-linearly.
+MAX_LAKE_SHARE = 0.1
 
 
 @dataclass
@@ -20,10 +24,13 @@ class CommitSizes:
     """Cut a shard's sentences into commits: `fixed` sentences each when the recipe sets
     `execution.chunk_sentences`; unset, each commit holds about `WORK_PER_COMMIT_S` of work at
     the rate the last one ran (commit included), between MIN_ and MAX_SENTENCES, at most
-    doubling from one commit to the next so a few fast sentences do not make a huge chunk."""
+    doubling from one commit to the next so a few fast sentences do not make a huge chunk.
+    `lake_seconds` (a running total, e.g. `Lake.busy_seconds`) lets it also size each commit so
+    that the lake's share of its time stays under MAX_LAKE_SHARE."""
 
     fixed: int | None = None
     clock: Callable[[], float] = time.monotonic
+    lake_seconds: Callable[[], float] | None = None
     size: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -37,14 +44,41 @@ class CommitSizes:
         start = 0
         while start < len(items):
             chunk = items[start : start + self.size]
-            began = self.clock()
+            began, in_lake = self.clock(), self._lake_now()
             yield chunk
-            self.record(len(chunk), self.clock() - began)
+            self.record(len(chunk), self.clock() - began, self._lake_now() - in_lake)
             start += len(chunk)
 
-    def record(self, sentences: int, seconds: float) -> None:
-        """A chunk of `sentences` took `seconds` to make and commit: size the next one."""
+    def _lake_now(self) -> float:
+        return self.lake_seconds() if self.lake_seconds is not None else 0.0
+
+    def record(self, sentences: int, seconds: float, lake_s: float = 0.0) -> None:
+        """A chunk of `sentences` took `seconds` to make and commit, `lake_s` of them in the
+        lake: size the next one."""
         if self.fixed is not None:
             return
-        affordable = MAX_SENTENCES if seconds <= 0 else int(sentences / seconds * WORK_PER_COMMIT_S)
-        self.size = max(MIN_SENTENCES, min(affordable, 2 * self.size, MAX_SENTENCES))
+        self.size = next_size(self.size, sentences, seconds, lake_s)
+
+
+def next_size(size: int, sentences: int, seconds: float, lake_s: float) -> int:
+    """The adaptive rule: about WORK_PER_COMMIT_S a commit, larger where the lake's share of the
+    last one passed MAX_LAKE_SHARE (its lake work is mostly per commit, not per sentence)."""
+    if seconds <= 0:
+        return min(2 * size, MAX_SENTENCES)
+    by_time = sentences / seconds * WORK_PER_COMMIT_S
+    work = seconds - lake_s
+    by_lake = MAX_SENTENCES if work <= 0 else sentences * lake_s / (MAX_LAKE_SHARE * work)
+    return max(MIN_SENTENCES, min(int(max(by_time, by_lake)), 2 * size, MAX_SENTENCES))
+
+
+def commits_for(sentences: int, per_sentence_s: float, commit_s: float, fixed: int | None = None) -> int:
+    """How many commits the rule makes of `sentences` that take `per_sentence_s` each plus
+    `commit_s` of lake work a commit (what `viewmill plan` expects of a shard)."""
+    if fixed is not None:
+        return -(-sentences // fixed)
+    size, done, commits = MIN_SENTENCES, 0, 0
+    while done < sentences:
+        chunk = min(size, sentences - done)
+        done, commits = done + chunk, commits + 1
+        size = next_size(size, chunk, chunk * per_sentence_s + commit_s, commit_s)
+    return commits

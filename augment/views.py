@@ -127,8 +127,8 @@ def make_shard_views(
 
     Work is committed chunk by chunk (translations, then the chunk's views), so a killed
     run resumes where it stopped and never writes a view twice: `chunk_size` sentences a
-    chunk, or without it about a second of work where the views do not depend on how they are
-    batched, else MIN_SENTENCES (`_commit_sizes`).
+    chunk, or without it about a second of work (more as the lake's share of a commit grows)
+    where the views do not depend on how they are batched, else MIN_SENTENCES (`_commit_sizes`).
     `on_progress(done, total)` is called after each chunk.
     """
     owned = producer is None
@@ -143,7 +143,7 @@ def make_shard_views(
         if on_progress is not None:
             on_progress(0, len(todo))
         done = 0
-        for chunk in _commit_sizes(spec, filters, chunk_size).chunks(todo):
+        for chunk in _commit_sizes(spec, filters, chunk_size, lake).chunks(todo):
             views = _chunk_views(chunk, producer, ctx, spec, filters, config, run_id)
             if judge is not None and filters.meaning is not None:
                 rows = views.to_pylist()
@@ -161,13 +161,18 @@ def make_shard_views(
 
 
 
-def _commit_sizes(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None) -> CommitSizes:
-    """The recipe's fixed size; unset, sized by time only where a chunk's make-up cannot change
-    a view or its verdict (a neural engine batches and pads per chunk, the meaning filter embeds
-    per chunk), so a rerun of the same recipe makes the same views."""
+def _commit_sizes(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None, lake: Lake) -> CommitSizes:
+    return CommitSizes(fixed_commit_size(spec, filters, chunk_size), lake_seconds=lake.busy_seconds)
+
+
+def fixed_commit_size(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None) -> int | None:
+    """The recipe's fixed size; unset, None (sized by time) only where a chunk's make-up cannot
+    change a view or its verdict (a neural engine batches and pads per chunk, the meaning filter
+    embeds per chunk), so a rerun of the same recipe makes the same views."""
     if chunk_size is None and (filters.meaning is not None or not spec.views_batch_invariant()):
-        chunk_size = MIN_SENTENCES
-    return CommitSizes(chunk_size)
+        return MIN_SENTENCES
+    return chunk_size
+
 
 def _chunk_views(
     chunk: list[tuple[str, str, str]],

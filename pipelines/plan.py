@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from viewmill.augment.commit_sizes import commits_for
 from viewmill.augment.ingest.readers import READERS
 from viewmill.augment.models import release_models
 from viewmill.pipelines.context import RunContext
@@ -296,13 +297,25 @@ def augment_estimate(recipe: Recipe, measures: list[AugmenterMeasure], sentences
         hits = m.cache_hits or 0.0
         # of the sentences still to do, the share whose translations are cached
         cached = 1.0 if m.views_present >= 1 else max(0.0, (hits - m.views_present) / (1 - m.views_present))
-        work = todo * (m.view_s + (1 - cached) * m.engine_s)
+        per_sentence = m.view_s + (1 - cached) * m.engine_s
+        work = todo * per_sentence + lake_commits_s(m, todo, 1 - cached, per_sentence, shards)
         load = m.load_s if todo else 0.0  # a shard with every view present starts no engine
         here += load + work
         spread_out += load + work / spread
     peak = max(m.peak_rss for m in measures)
     note = f"{shards} shard(s) of {recipe.execution.shard_sentences}; scales with Dask workers up to the shards"
     return StageEstimate("augment", sentences * len(measures), here, peak, spread_out, peak * spread, None, note)
+
+
+def lake_commits_s(m: AugmenterMeasure, todo: float, new_share: float, per_sentence: float, shards: int) -> float:
+    """The lake's seconds over the run's commits: views commits sized as the run sizes them (a
+    shard at a time), each with its new translations unless the engine commits them per chunk."""
+    translating = new_share > 0 and m.translation_commit_s > 0
+    with_views = translating and m.translation_chunk is None
+    commit_s = m.view_commit_s + (m.translation_commit_s if with_views else 0.0)
+    commits = shards * commits_for(math.ceil(todo / shards), per_sentence, commit_s, m.fixed_commit)
+    own = math.ceil(todo * new_share / m.translation_chunk) if translating and m.translation_chunk else 0
+    return commits * commit_s + own * m.translation_commit_s
 
 
 def train_estimate(recipe: Recipe, found: Measures) -> StageEstimate:

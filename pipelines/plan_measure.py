@@ -12,6 +12,7 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,13 @@ from viewmill.augment.cache import CacheStats
 from viewmill.augment.commit_sizes import MIN_SENTENCES
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.views import config_hash, corpus_sentences, make_shard_views, views_present
+from viewmill.augment.views import (
+    config_hash,
+    corpus_sentences,
+    fixed_commit_size,
+    make_shard_views,
+    views_present,
+)
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.stages.augment import meaning_judge
 from viewmill.storage.lake import Lake
@@ -70,28 +77,53 @@ class Watch:
 
 @dataclass
 class AugmenterMeasure:
-    """One augmenter on the sample: seconds per sentence with every translation new (`engine_s`
-    is the engines' share) and the run's lake's coverage of it (what a rerun reuses)."""
+    """One augmenter on the sample: seconds per sentence outside the lake (`view_s`: the views
+    code with every translation cached; `engine_s`: what translating anew adds), the lake's
+    seconds per commit of each kind (what a run amortises over commits of its own size), and the
+    run's lake's coverage of it (what a rerun reuses)."""
 
     name: str
     engine: str
     sentences: int
     load_s: float  # building the producer and its first texts (a neural engine loads its weights)
-    view_s: float  # per sentence: the real views code with every translation cached (filters, writes)
+    view_s: float  # per sentence: the real views code with every translation cached (filters, rows)
     engine_s: float  # per sentence: what translating it anew adds
     peak_rss: int
+    view_commit_s: float = 0.0  # the lake's seconds per views commit (cache lookup, write, catalog)
+    translation_commit_s: float = 0.0  # the lake's seconds per commit of new translations
+    fixed_commit: int | None = None  # sentences per views commit where not sized by time
+    translation_chunk: int | None = None  # new translations per commit; None: one per views commit
     cache_hits: float | None = None  # share of the sample's translation cache keys the run's lake holds
     views_present: float = 0.0  # share of the sample's sentences that have this augmenter's view already
     meaning_texts_per_s: float | None = None  # the meaning filter's embedding rate
     config: str = ""  # its configuration hash in the scratch lake (pairing names views by it)
 
 
-def _produce(producer: Any, chunk: list[tuple[str, str]], lake: Lake, run_id: str, size: int) -> float:
-    t0 = time.perf_counter()
+@dataclass
+class _Phase:
+    """A measured call: its seconds, the lake's share of them, and the lake commits it made."""
+
+    seconds: float = 0.0
+    lake_s: float = 0.0
+    commits: int = 0
+
+    @classmethod
+    def run(cls, lake: Lake, call: Callable[[], object]) -> _Phase:
+        lake_before, version = lake.busy_seconds(), lake.version()
+        t0 = time.perf_counter()
+        call()
+        seconds = time.perf_counter() - t0
+        return cls(seconds, lake.busy_seconds() - lake_before, lake.version() - version)
+
+    @property
+    def outside_lake(self) -> float:
+        return max(self.seconds - self.lake_s, 0.0)
+
+
+def _produce(producer: Any, chunk: list[tuple[str, str]], lake: Lake, run_id: str, size: int) -> None:
     ctx = ProduceContext(lake, run_id, CacheStats())
     for start in range(0, len(chunk), size):
         producer.produce(chunk[start : start + size], ctx)
-    return time.perf_counter() - t0
 
 
 @dataclass
@@ -126,19 +158,27 @@ def measure_augmenter(ctx: RunContext, lake: Lake, spec: AugmenterSpec, judge: M
     with Watch() as watch:
         producer = make_producer(spec, lake)
         try:
-            load_s = _produce(producer, head, lake, run_id, batch)
-            cold = _produce(producer, rest, lake, run_id, batch) / len(rest)
-            warm = _produce(producer, rows, lake, run_id, batch) / len(rows)
+            load = _Phase.run(lake, lambda: _produce(producer, head, lake, run_id, batch))
+            cold = _Phase.run(lake, lambda: _produce(producer, rest, lake, run_id, batch))
+            warm = _Phase.run(lake, lambda: _produce(producer, rows, lake, run_id, batch))
+            translation_chunk = getattr(producer, "commit_chunk", None)
         finally:
             producer.close()
         tally = _Embedded()
-        t0 = time.perf_counter()
-        make_shard_views(lake, recipe.corpus_name, spec, recipe.filters, run_id=run_id,
-                         chunk_size=chunk_size, judge=timed_judge(judge, tally))  # fmt: skip
-        view_s = (time.perf_counter() - t0) / max(len(rows), 1)
+        judged = timed_judge(judge, tally)
+        make = lambda: make_shard_views(lake, recipe.corpus_name, spec, recipe.filters,  # noqa: E731
+                                        run_id=run_id, chunk_size=chunk_size, judge=judged)  # fmt: skip
+        views = _Phase.run(lake, make)
+    n = max(len(rows), 1)
+    engine_s = max(cold.outside_lake / len(rest) - warm.outside_lake / n, 0.0)
+    # The cold pass's lake work beyond the warm pass's lookups is its commits of new translations.
+    translation_commit_s = max(cold.lake_s - warm.lake_s * len(rest) / n, 0.0) / cold.commits if cold.commits else 0.0
     return AugmenterMeasure(
-        spec.name, getattr(spec, "engine", None) or spec.method, len(rows), load_s, view_s, max(cold - warm, 0.0),
-        watch.peak, meaning_texts_per_s=tally.texts / tally.seconds if tally.seconds else None,
+        spec.name, getattr(spec, "engine", None) or spec.method, len(rows), load.seconds, views.outside_lake / n,
+        engine_s, watch.peak, view_commit_s=views.lake_s / max(views.commits, 1),
+        translation_commit_s=translation_commit_s, fixed_commit=fixed_commit_size(spec, recipe.filters, chunk_size),
+        translation_chunk=translation_chunk,
+        meaning_texts_per_s=tally.texts / tally.seconds if tally.seconds else None,
     )  # fmt: skip
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,7 @@ class Lake:
                 Path(self.data_path).mkdir(parents=True, exist_ok=True)
         self._lock = WriterLock(self.catalog, self.root)
         self._key: bytes | None = None
+        self._read_s = 0.0  # in reads outside write turns: `busy_seconds`
         # Rows carry their own keys and every read that needs an order says ORDER BY, so
         # DuckDB need not buffer large inserts to keep their order (less memory).
         self.con = duckdb.connect(config={"threads": max(1, os.cpu_count() or 1), "preserve_insertion_order": False})
@@ -178,8 +180,8 @@ class Lake:
 
     # -- reads ---------------------------------------------------------------------
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        result = self.con.execute(sql, params or [])
-        return result.to_arrow_table()
+        with self._reading():
+            return self.con.execute(sql, params or []).to_arrow_table()
 
     def polars(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         import polars as pl  # not at the top: `viewmill sql` opens a lake and never needs polars
@@ -187,8 +189,23 @@ class Lake:
         return pl.from_arrow(self.arrow(sql, params))
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        row = self.con.execute(sql, params or []).fetchone()
+        with self._reading():
+            row = self.con.execute(sql, params or []).fetchone()
         return row[0] if row else None
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            if not self._turns.active:  # a turn's own clock counts reads inside it
+                self._read_s += time.perf_counter() - began
+
+    def busy_seconds(self) -> float:
+        """Seconds this connection has spent in the lake (reads, writes, commits): what the
+        work between commits is weighed against (`augment.commit_sizes`)."""
+        return self._read_s + self._turns.seconds
 
     def with_keys(self, name: str, keys: pa.Table) -> _Registered:
         """Register an Arrow table (e.g. a list of keys) for use in a join."""

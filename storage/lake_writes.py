@@ -46,12 +46,17 @@ class WriterTurns:
         self.read_only = read_only
         self._signing_key = signing_key
         self._depth = 0
+        self.seconds = 0.0  # in turns (writes, commits, hashes recorded): `Lake.busy_seconds`
         self._in_transaction = False
         self._recorded_before_commit: set[str] = set()  # files `_record_written` recorded
         self._unhashed_from = 0  # files numbered from here on have no recorded hash yet
         self._folders = FolderWatch(data_path)  # finds a transaction's files without listing the lake
         self._all_recorded = False  # the turn was one transaction, recorded after its commit
         self._in_sqlite = catalog.kind == "sqlite"  # its own indexes find a commit's new files
+
+    @property
+    def active(self) -> bool:
+        return self._depth > 0
 
     def raise_if_disk_full(self, exc: BaseException) -> None:
         raise_if_disk_full(exc, self.root, self.catalog, self.data_path)
@@ -63,6 +68,7 @@ class WriterTurns:
             raise LakeError("this lake was opened read-only; open it without read_only to write")
         self._depth += 1
         if self._depth == 1:
+            began = time.perf_counter()
             self._take_lock(on_wait)
         failed = True
         try:
@@ -80,6 +86,7 @@ class WriterTurns:
                 finally:
                     self._all_recorded = False
                     self.lock.release()
+                    self.seconds += time.perf_counter() - began
 
     def _take_lock(self, on_wait: Callable[[], None] | None) -> None:
         try:

@@ -87,13 +87,14 @@ def render_plan(result: Plan) -> None:
     )  # fmt: skip
     augmenters = Table(title="augmenters on the sample")
     for column in ("augmenter", "engine", "load s", "ms/sentence (new)", "ms/sentence (cached)",
-                   "translations cached", "views present", "meaning texts/s"):  # fmt: skip
+                   "lake s/commit", "translations cached", "views present", "meaning texts/s"):  # fmt: skip
         augmenters.add_column(column)
     for a in result.augmenters:
         cached = "-" if a.cache_hits is None else f"{a.cache_hits:.0%}"
         meaning = "-" if a.meaning_texts_per_s is None else f"{a.meaning_texts_per_s:,.0f}"
+        lake_s = f"{a.view_commit_s:.2f}" + (f" + {a.translation_commit_s:.2f}" if a.translation_commit_s else "")
         augmenters.add_row(a.name, a.engine, f"{a.load_s:.2f}", f"{(a.view_s + a.engine_s) * 1e3:.2f}",
-                           f"{a.view_s * 1e3:.2f}", cached, f"{a.views_present:.0%}", meaning)  # fmt: skip
+                           f"{a.view_s * 1e3:.2f}", lake_s, cached, f"{a.views_present:.0%}", meaning)  # fmt: skip
     console.print(augmenters)
     stages = Table(title=f"estimate per stage (this machine, and with {result.workers} Dask worker(s))")
     for column in ("stage", "rows", "seconds", "peak memory", f"seconds on {result.workers} workers",

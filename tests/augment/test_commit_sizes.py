@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 import viewmill.augment.views as views_module
-from viewmill.augment.commit_sizes import MAX_SENTENCES, MIN_SENTENCES, CommitSizes
+from viewmill.augment.commit_sizes import MAX_LAKE_SHARE, MAX_SENTENCES, MIN_SENTENCES, CommitSizes, commits_for
 from viewmill.augment.data_augmenters import Identity
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.replacement_augmenters import Synonym
@@ -50,6 +50,44 @@ def test_unset_a_commit_holds_about_a_second_of_work_and_never_less_than_the_flo
     assert sizes.size == MIN_SENTENCES
 
 
+def test_a_commit_grows_while_the_lakes_share_of_it_is_over_its_bound():
+    sizes = CommitSizes()
+    sizes.record(1024, 1.0, lake_s=0.05)  # 5% in the lake: a second of work, as without a lake
+    assert sizes.size == 1024
+    sizes.record(1024, 1.0, lake_s=0.5)  # half in the lake (a lake of many files): 5x the work
+    assert sizes.size == 2048  # ... at most doubling
+    sizes.record(2048, 1.1, lake_s=0.3)  # the lake's 0.3 s wants 0.8 s x 0.3/0.1 of work: 7,680
+    assert sizes.size == 4096
+
+
+def test_a_lake_whose_commits_grow_with_its_files_keeps_its_file_count_sublinear():
+    # Each commit's lake work grows with the files already written (the cache lookup and the
+    # catalog's read): sized by time alone, the commits of n sentences stay n/1,000.
+    work_per_sentence, per_file = 0.001, 0.002
+
+    def files_for(sentences: int, rule: bool) -> int:
+        sizes, done, files = CommitSizes(), 0, 0
+        while done < sentences:
+            chunk = min(sizes.size, sentences - done)
+            lake_s = 0.05 + per_file * files
+            sizes.record(chunk, chunk * work_per_sentence + lake_s, lake_s if rule else 0.0)
+            done, files = done + chunk, files + 1
+        return files
+
+    assert files_for(1_000_000, rule=False) >= 900
+    small, large = files_for(100_000, rule=True), files_for(1_000_000, rule=True)
+    assert large < 300 and large < 4 * small  # sqrt-like, not 10x
+
+
+def test_commits_for_follows_the_rule_and_a_fixed_size():
+    assert commits_for(2000, 0.0, 0.0, fixed=512) == 4
+    assert commits_for(300, 0.001, 0.1) == 1
+    # 0.5 s of lake a commit against 0.1 ms a sentence: doubling from 512 to 32,768 (65,024
+    # sentences in 7 commits), then the 50,000 that put the lake at 10%: one more.
+    assert commits_for(100_000, 0.0001, 0.5) == 8
+    assert MAX_LAKE_SHARE == 0.1
+
+
 def test_a_chunk_size_below_one_is_refused():
     with pytest.raises(ValueError, match="at least 1"):
         CommitSizes(0)
@@ -60,7 +98,7 @@ def test_views_commit_adaptively_when_no_chunk_size_is_given(tmp_path, monkeypat
     texts = [f"sentence number {i}." for i in range(2000)]
     rows = [{"corpus": "c", "sentence_id": sentence_id(t), "text": t, "lang": "en"} for t in texts]
     clock = FakeClock(step)
-    monkeypatch.setattr(views_module, "CommitSizes", lambda fixed: CommitSizes(fixed, clock=clock))
+    monkeypatch.setattr(views_module, "CommitSizes", lambda fixed, **_: CommitSizes(fixed, clock=clock))
     progress: list[int] = []  # sentences done after each commit
     with Lake(tmp_path / "lake") as lake:
         lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
@@ -83,9 +121,10 @@ def test_views_commit_adaptively_when_no_chunk_size_is_given(tmp_path, monkeypat
     ],
     ids=["identity", "meaning-filter", "synonyms", "apertium", "neural"],
 )
-def test_only_views_that_cannot_depend_on_their_batch_commit_by_time(spec, meaning, fixed):
+def test_only_views_that_cannot_depend_on_their_batch_commit_by_time(tmp_path, spec, meaning, fixed):
     """A neural engine pads and batches per chunk and the meaning filter embeds per chunk, so
     time-sized chunks could change their views or verdicts from one run to the next."""
     filters = FilterSpec(meaning=meaning)
-    assert views_module._commit_sizes(spec, filters, None).fixed == fixed
-    assert views_module._commit_sizes(spec, filters, 7).fixed == 7  # a recipe's own size always holds
+    with Lake(tmp_path / "lake") as lake:
+        assert views_module._commit_sizes(spec, filters, None, lake).fixed == fixed
+        assert views_module._commit_sizes(spec, filters, 7, lake).fixed == 7  # a recipe's own size always holds

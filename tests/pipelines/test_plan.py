@@ -147,3 +147,22 @@ def test_a_corpus_past_the_size_limit_is_estimated_from_a_prefix_and_says_so(tmp
     estimated, how = size_corpus(ctx, estimate_bytes=0)
     assert estimated == 200 and how == "estimated from 0.0 GiB of sources and a 400-record prefix"
     assert not (tmp_path / "s").exists()
+
+
+def test_the_lakes_commit_cost_is_spread_over_commits_of_the_runs_own_size():
+    from viewmill.pipelines.plan import lake_commits_s
+    from viewmill.pipelines.plan_measure import AugmenterMeasure
+
+    def measure(**lake) -> AugmenterMeasure:
+        return AugmenterMeasure("a", "e", 300, 0.0, view_s=0.0001, engine_s=0.0, peak_rss=0, **lake)
+
+    # Sized by time: 0.5 s of lake a commit, 0.1 ms a sentence -> 8 commits for 100k (commit_sizes'
+    # own test); with the translations committed alongside each views commit.
+    both = measure(view_commit_s=0.3, translation_commit_s=0.2)
+    assert lake_commits_s(both, 100_000, 1.0, 0.0001, shards=1) == pytest.approx(8 * 0.5)
+    assert lake_commits_s(both, 200_000, 1.0, 0.0001, shards=2) == pytest.approx(2 * 8 * 0.5)
+    cached = lake_commits_s(both, 100_000, 0.0, 0.0001, shards=1)  # nothing new: no translation commits
+    assert cached < 8 * 0.5 and cached > 0
+    # A batch-variant engine: fixed views commits of 512 and translations per 256.
+    neural = measure(view_commit_s=0.3, translation_commit_s=0.2, fixed_commit=512, translation_chunk=256)
+    assert lake_commits_s(neural, 1024, 0.5, 0.01, shards=1) == pytest.approx(2 * 0.3 + 2 * 0.2)

@@ -170,3 +170,31 @@ def test_a_views_commit_reads_only_its_own_augmenter_and_sentence_range_to_skip_
         with lake.transaction():
             added = lake.append("views", _view_rows("a", ids[150:250]), unique_on=("view_id",))
     assert added == 50  # 150..199 were there already
+
+
+def test_busy_seconds_count_reads_and_write_turns_once(tmp_path, monkeypatch):
+    import viewmill.storage.lake as lake_module
+    import viewmill.storage.lake_writes as writes_module
+
+    class Clock:  # each perf_counter reading one second after the last; the rest is `time`'s
+        def __init__(self):
+            self.now = 0.0
+
+        def perf_counter(self):
+            self.now += 1.0
+            return self.now
+
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+    with Lake(tmp_path / "lake") as lake:
+        opened = lake.busy_seconds()  # opening a new lake creates its tables in a write turn
+        assert opened > 0
+        monkeypatch.setattr(lake_module, "time", Clock())
+        monkeypatch.setattr(writes_module, "time", Clock())
+        lake.scalar("SELECT 1")  # two readings: one second
+        assert lake.busy_seconds() == opened + 1.0
+        with lake.transaction():  # one turn: two readings of its own clock, whatever runs inside
+            lake.scalar("SELECT count(*) FROM sentences")
+            lake.append("evals", _eval_rows([("a", 1.0)]))
+        assert lake.busy_seconds() == opened + 2.0
