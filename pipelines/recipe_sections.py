@@ -56,7 +56,8 @@ class PairSpec(Spec):
     of them: an English sentence with each of its forward translations), or `pairings`, a
     list of [a, b] augmenter pairs taken together (English with each translation and the
     translations with each other). `negatives` gives each pair hard negatives: a premise's
-    NLI contradictions, or texts an encoder mines."""
+    NLI contradictions, or texts an encoder mines (only the pairs of `negatives.pairings`,
+    when it names some)."""
 
     view_a: str | None = None
     view_b: str | list[str] | None = None
@@ -79,7 +80,19 @@ class PairSpec(Spec):
             raise ValueError("pair needs view_a and view_b (or pairings: a list of [a, b] augmenter pairs)")
         if len(set(self.pairs)) != len(self.pairs):
             raise ValueError(f"pair lists a pairing twice: {[list(p) for p in self.pairs]}")
+        self._negatives_pairings_known()
         return self
+
+    def _negatives_pairings_known(self) -> None:
+        chosen = [tuple(p) for p in (self.negatives.pairings or [])] if self.negatives is not None else []
+        for pairing in chosen:
+            if pairing not in self.pairs:
+                raise ValueError(
+                    f"pair.negatives.pairings names {list(pairing)}, which is not one of the pair's pairings "
+                    f"{[list(p) for p in self.pairs]}: name one of those"
+                )
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"pair.negatives.pairings lists a pairing twice: {[list(p) for p in chosen]}")
 
     @model_serializer(mode="wrap")
     def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

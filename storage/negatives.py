@@ -4,11 +4,11 @@ snapshot writes with its pairs. Mining them with an encoder is `viewmill.train.m
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
 
@@ -29,6 +29,7 @@ class NegativesSource(Protocol):
 
     source: str
     per_anchor: int
+    pairings: list[tuple[str, str]] | None  # the pairings whose pairs get negatives; None: every one
 
     def reads(self) -> tuple[str, ...]:
         """Lake tables it reads, checked against their recorded hashes first."""
@@ -45,7 +46,26 @@ class NegativesSource(Protocol):
         ...
 
 
-class NliContradictions(Spec):
+class NegativesSpec(Spec):
+    """What every `pair.negatives` source has: which of `pair.pairings` get negatives."""
+
+    pairings: list[tuple[str, str]] | None = Field(
+        None,
+        min_length=1,
+        description="[a, b] pairings of pair.pairings whose pairs get negatives (the others carry none); "
+        "unset: every pairing",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_pairings(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Recipe hashes from before `pairings` existed stay valid.
+        dumped = handler(self)
+        if dumped.get("pairings") is None:
+            dumped.pop("pairings", None)
+        return dumped
+
+
+class NliContradictions(NegativesSpec):
     """A premise's contradicting hypotheses (labelled NLI data, the lake's `nli_pairs`) as the
     negatives of its pairs: SimCSE's supervised triplets (premise, entailed, contradicted)."""
 

@@ -128,13 +128,16 @@ SNAPSHOTS = pa.schema(
         ("run_id", pa.string()),
         ("created_at", TS),
         ("corpus_version", pa.string()),  # the corpus membership it pairs (see CORPUS_MEMBERS)
-        ("negatives", pa.string()),  # JSON: source, per_anchor, pairs dropped for lacking them; null: none
+        # JSON: source, per_anchor, pairs dropped for lacking them (+ pairings and with_negatives
+        # where pair.negatives.pairings gave them to some); null: none
+        ("negatives", pa.string()),
         ("identical_dropped", pa.int64()),  # pairs dropped for identical texts (null: made before they were)
     ]
 )
 
-# A snapshot's hard negatives, written with its pairs: exactly `per_anchor` rows per pair,
-# rank 1 first (the hardest, for mined ones).
+# A snapshot's hard negatives, written with its pairs: exactly `per_anchor` rows per pair
+# that has them (every pair, unless pair.negatives.pairings chose some), rank 1 first (the
+# hardest, for mined ones).
 PAIR_NEGATIVES = pa.schema(
     [
         ("snapshot", pa.string()),

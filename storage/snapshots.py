@@ -74,7 +74,8 @@ def _candidate_pairs(lake: Lake, corpus_version: str, pairings: Sequence[tuple[s
         return lake.arrow(
             """
             SELECT a.sentence_id, a.view_id AS view_a_id, b.view_id AS view_b_id,
-                   a.text AS text_a, b.text AS text_b, a.lang AS lang_a, b.lang AS lang_b
+                   a.text AS text_a, b.text AS text_b, a.lang AS lang_a, b.lang AS lang_b,
+                   a.config_hash AS config_a, b.config_hash AS config_b
             FROM corpus_members s
             JOIN views a ON a.sentence_id = s.sentence_id AND a.status = 'kept'
             JOIN views b ON b.sentence_id = s.sentence_id AND b.status = 'kept'
@@ -95,12 +96,14 @@ def create_pairs_snapshot(
     pairings: Sequence[tuple[str, str]],
     run_id: str,
     negatives: NegativesSource | None = None,
+    negative_pairings: Sequence[tuple[str, str]] | None = None,
     keep_identical: bool = False,
 ) -> Snapshot:
     """For each (a, b) view configuration pairing, pair a's kept view of every sentence of this
     corpus version (exactly the sentences the corpus holds now, see `record_corpus_version`)
     with b's kept views, all in one named snapshot; with `negatives`, each pair also gets
-    `negatives.per_anchor` hard negatives (a pair with fewer is dropped, and counted). A pair
+    `negatives.per_anchor` hard negatives (a pair with fewer is dropped, and counted), or only
+    the pairs of `negative_pairings` (some of `pairings`; the others get none). A pair
     whose two texts are identical (both round trips came back the same) is dropped and counted
     too, unless `keep_identical`: it contrasts nothing for BSL and is a false positive for
     contrastive objectives.
@@ -111,6 +114,8 @@ def create_pairs_snapshot(
     pairs = _checked_pairs(lake, corpus, corpus_version, pairings, negatives)
     pairs, identical = _without_identical(pairs) if not keep_identical else (pairs, 0)
     pairs = pairs.append_column("pair_id", _pair_ids(pairs))
+    takers = None if negative_pairings is None else _of_pairings(pairs, negative_pairings)
+    pairs = pairs.drop_columns(["config_a", "config_b"])
     record = {"recipe": recipe, "corpus": corpus, "run_id": run_id, "corpus_version": corpus_version}
     record["identical_dropped"] = identical
     rows = None
@@ -122,7 +127,7 @@ def create_pairs_snapshot(
         reused = _reusable_snapshot(lake, record, plain_hash, key)
         if reused is not None:
             return reused
-        pairs, rows, info = _with_negatives(lake, pairs, negatives, corpus_version)
+        pairs, rows, info = _with_negatives(lake, pairs, negatives, corpus_version, takers)
         record["negatives"] = canonical_json({**info, "pairs_hash": plain_hash, "reuse_key": key})
         content_hash = pairs_content_hash(recipe, pairs, rows)
     name = f"{recipe}-{content_hash[:12]}"
@@ -180,19 +185,33 @@ NO_NEGATIVES_HINT = {
 }
 
 
+def _of_pairings(pairs: pa.Table, pairings: Sequence[tuple[str, str]]) -> pa.Array:
+    """Which pairs come from one of `pairings` (view configuration pairs)."""
+    chosen = pc.binary_join_element_wise(pairs["config_a"], pairs["config_b"], "/")
+    return pc.is_in(chosen, value_set=pa.array([f"{a}/{b}" for a, b in pairings], pa.string())).combine_chunks()
+
+
 def _with_negatives(
-    lake: Lake, pairs: pa.Table, source: NegativesSource, corpus_version: str
+    lake: Lake, pairs: pa.Table, source: NegativesSource, corpus_version: str, takers: pa.Array | None = None
 ) -> tuple[pa.Table, pa.Table, dict]:
-    """The pairs that got `per_anchor` negatives, those negatives, and the snapshot's note of them."""
-    found = source.negatives(lake, pairs.select(["pair_id", "sentence_id", "text_a", "text_b"]), corpus_version)
-    kept, rows, dropped = complete_pairs(pairs, found, source.per_anchor)
+    """The pairs that got `per_anchor` negatives (with `takers`, the pairs that take them; the
+    others are kept without), those negatives, and the snapshot's note of them."""
+    asking = pairs if takers is None else pairs.filter(takers)
+    found = source.negatives(lake, asking.select(["pair_id", "sentence_id", "text_a", "text_b"]), corpus_version)
+    kept, rows, dropped = complete_pairs(asking, found, source.per_anchor)
     if kept.num_rows == 0:
         hint = NO_NEGATIVES_HINT.get(source.source, "widen range_max, or relax max_score and the margins")
         raise LakeError(
-            f"none of the {pairs.num_rows} pairs got {source.per_anchor} {source.source} negative(s): lower "
+            f"none of the {asking.num_rows} pairs got {source.per_anchor} {source.source} negative(s): lower "
             f"pair.negatives.per_anchor, or {hint}"
         )
-    return kept, rows, {"source": source.source, "per_anchor": source.per_anchor, "dropped": dropped}
+    note = {"source": source.source, "per_anchor": source.per_anchor, "dropped": dropped}
+    if takers is None:
+        return kept, rows, note
+    # The pairs of the other pairings stay, with no negatives; the note says how many have them.
+    held = pc.is_in(pairs["pair_id"], value_set=kept["pair_id"])
+    note.update(pairings=[list(p) for p in source.pairings or []], with_negatives=kept.num_rows)
+    return pairs.filter(pc.or_(pc.invert(takers), held)), rows, note
 
 
 def _without_identical(pairs: pa.Table) -> tuple[pa.Table, int]:
@@ -257,7 +276,7 @@ def export_snapshot(lake: Lake, snapshot: str, path: Path, fmt: str | None = Non
     folder (`fmt` "hf"); the format comes from `fmt` or the suffix.
 
     `layout` "viewmill": the lake's pair columns (plus `negatives`, a list, when the snapshot
-    has them); "sentence-transformers": anchor, positive, then negative (one per pair) or
+    has them: empty for a pair without); "sentence-transformers": anchor, positive, then negative (one per pair) or
     negative_1..negative_k, what its trainer and losses take. The file or folder appears whole
     (written aside, then renamed); a path inside the lake (or its catalog, however linked) is
     refused. Returns the number of pairs.
@@ -273,6 +292,11 @@ def export_snapshot(lake: Lake, snapshot: str, path: Path, fmt: str | None = Non
     if layout not in LAYOUTS:
         raise LakeError(f"unknown export layout '{layout}': use {' or '.join(LAYOUTS)}")
     record = _require_snapshot(lake, snapshot)
+    if layout != "viewmill" and _per_anchor(record) and _holding(record) != record["n_pairs"]:
+        raise LakeError(
+            f"pairs snapshot '{snapshot}' gives negatives to {_holding(record)} of its {record['n_pairs']} pairs: "
+            "the sentence-transformers layout needs them on every pair; export --layout viewmill"
+        )
     query = _export_query(snapshot, _per_anchor(record), layout)
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == HF_FORMAT:
@@ -287,12 +311,13 @@ def _export_query(snapshot: str, per_anchor: int, layout: str) -> str:
     """The pairs of one snapshot, in pair_id order, in `layout`'s columns."""
     if layout == "viewmill":
         columns = ", ".join(f"p.{name}" for name in VIEWMILL_COLUMNS.split(", "))
-        columns += ", n.negatives" if per_anchor else ""
+        columns += ", coalesce(n.negatives, []) AS negatives" if per_anchor else ""
     else:
         names = ["negative"] if per_anchor == 1 else [f"negative_{i}" for i in range(1, per_anchor + 1)]
         negatives = "".join(f", n.negatives[{i}] AS {name}" for i, name in enumerate(names, start=1))
         columns = f"p.text_a AS anchor, p.text_b AS positive{negatives if per_anchor else ''}"
-    joined = f"JOIN {negatives_lists_sql(_literal(snapshot))} n USING (pair_id)" if per_anchor else ""
+    # LEFT: the pairs of a snapshot that gives negatives to some keep an empty list.
+    joined = f"LEFT JOIN {negatives_lists_sql(_literal(snapshot))} n USING (pair_id)" if per_anchor else ""
     return f"SELECT {columns} FROM pairs p {joined} WHERE p.snapshot = {_literal(snapshot)} ORDER BY p.pair_id"
 
 
@@ -335,7 +360,8 @@ def stored_negatives(lake: Lake, snapshot: str) -> pa.Table | None:
 def read_pairs(lake: Lake, snapshot: str, purpose: str | None = None) -> pa.Table:
     """The pairs of a named snapshot, in a stable order (pair_id, sentence_id, text_a, text_b,
     and for a snapshot with hard negatives `negatives`: their texts by rank, exactly
-    per_anchor per pair); refused when a pairs or negatives file changed since viewmill wrote
+    per_anchor per pair, or none for the pairs of pairings it gave none); refused when a
+    pairs or negatives file changed since viewmill wrote
     it (`purpose` says what the refusal stopped)."""
     record = _require_snapshot(lake, snapshot)
     per_anchor = _per_anchor(record)
@@ -344,14 +370,24 @@ def read_pairs(lake: Lake, snapshot: str, purpose: str | None = None) -> pa.Tabl
         sql = "SELECT pair_id, sentence_id, text_a, text_b FROM pairs WHERE snapshot = ? ORDER BY pair_id"
         return lake.arrow(sql, [snapshot])
     table = lake.arrow(
-        f"SELECT p.pair_id, p.sentence_id, p.text_a, p.text_b, n.negatives FROM pairs p "
-        f"JOIN {negatives_lists_sql()} n USING (pair_id) WHERE p.snapshot = ? ORDER BY p.pair_id",
+        f"SELECT p.pair_id, p.sentence_id, p.text_a, p.text_b, coalesce(n.negatives, []) AS negatives FROM pairs p "
+        f"LEFT JOIN {negatives_lists_sql()} n USING (pair_id) WHERE p.snapshot = ? ORDER BY p.pair_id",
         [snapshot, snapshot],
     )
     lengths = pc.list_value_length(table["negatives"])
-    if table.num_rows != record["n_pairs"] or pc.any(pc.not_equal(lengths, per_anchor)).as_py():
+    holding = pc.sum(pc.greater(lengths, 0)).as_py() or 0
+    uneven = pc.any(pc.and_(pc.greater(lengths, 0), pc.not_equal(lengths, per_anchor))).as_py()
+    expected, n = _holding(record), record["n_pairs"]
+    if table.num_rows != n or holding != expected or uneven:
+        which = f"{n} pairs" if expected == n else f"{n} pairs, {expected}"
         raise LakeError(
-            f"pairs snapshot '{snapshot}' has {record['n_pairs']} pairs with {per_anchor} negative(s) each, but the "
-            "lake's rows differ: run `viewmill lake verify`, then `viewmill lake repair`"
+            f"pairs snapshot '{snapshot}' has {which} with {per_anchor} negative(s) each, but the lake's rows "
+            "differ: run `viewmill lake verify`, then `viewmill lake repair`"
         )
     return table.set_column(4, "negatives", table["negatives"].cast(pa.list_(pa.string())))
+
+
+def _holding(record: dict[str, Any]) -> int:
+    """How many of a snapshot's pairs have negatives: every pair, unless its
+    `pair.negatives.pairings` gave them to some (the note's `with_negatives`)."""
+    return int(json.loads(record["negatives"]).get("with_negatives", record["n_pairs"]))

@@ -17,7 +17,8 @@ from viewmill.train.objectives import OBJECTIVES
 class PairTexts:
     """Pairs as Arrow columns (compact, no Python string per text until a batch needs it).
 
-    A table may carry `negatives` (list<string>, the same k >= 1 for every pair) and
+    A table may carry `negatives` (list<string>: k >= 1 for every pair, or for some pairs k
+    and for the others an empty list, their snapshot giving negatives to only some) and
     `text_source` (the sentence the views were made from); sources are read only when
     `sources` is set (an objective that needs them), and only when some differ from view a.
     """
@@ -26,6 +27,7 @@ class PairTexts:
         self.negatives: pa.Array | None = None
         self.source: pa.Array | None = None
         self.k = 0
+        self.holders: np.ndarray | None = None  # which pairs carry negatives, when only some do
         if not isinstance(pairs, pa.Table):
             self.a = pa.array([a for a, _ in pairs], pa.string())
             self.b = pa.array([b for _, b in pairs], pa.string())
@@ -33,6 +35,9 @@ class PairTexts:
         self.a, self.b = pairs["text_a"].combine_chunks(), pairs["text_b"].combine_chunks()
         if "negatives" in pairs.column_names and len(pairs):
             self.negatives, self.k = _negatives(pairs["negatives"])
+            counts = pc.list_value_length(self.negatives).to_numpy(zero_copy_only=False)
+            if not counts.all():
+                self.holders = counts > 0
         if sources and "text_source" in pairs.column_names:
             self.source = pairs["text_source"].combine_chunks()
             if self.source.null_count:
@@ -51,14 +56,15 @@ class PairTexts:
         total = pc.add(pc.utf8_length(self.a), pc.utf8_length(self.b))
         if self.negatives is not None:
             each = pc.utf8_length(self.negatives.flatten()).to_numpy(zero_copy_only=False)
-            total = pc.add(total, pa.array(each.reshape(len(self), self.k).sum(axis=1)))
+            owner = pc.list_parent_indices(self.negatives).to_numpy(zero_copy_only=False)
+            total = pc.add(total, pa.array(np.bincount(owner, weights=each, minlength=len(self)).astype(np.int64)))
         if self.source is not None:
             total = pc.add(total, pc.utf8_length(self.source))
         return total.to_pylist()
 
     def texts(self, index: list[int]) -> list[str]:
-        """View a of each pair, then view b of each, then each pair's negatives, then each
-        source, in `index` order (the rows `layout` describes)."""
+        """View a of each pair, then view b of each, then each pair's negatives (none for a
+        pair without), then each source, in `index` order (the rows `layout` describes)."""
         rows = pa.array(index, pa.int64())
         out = self.a.take(rows).to_pylist() + self.b.take(rows).to_pylist()
         if self.negatives is not None:
@@ -67,15 +73,17 @@ class PairTexts:
             out += self.source.take(rows).to_pylist()
         return out
 
-    def layout(self, n: int) -> BatchLayout | None:
-        """The layout of a batch of n pairs; None when it is the plain [a..., b...]."""
+    def layout(self, index: list[int]) -> BatchLayout | None:
+        """The layout of a batch of these pairs; None when it is the plain [a..., b...]."""
         if self.negatives is None and self.source is None:
             return None
-        return BatchLayout(n, self.k, self.source is not None)
+        holders = None if self.holders is None else tuple(np.flatnonzero(self.holders[index]).tolist())
+        return BatchLayout(len(index), self.k, self.source is not None, holders)
 
 
 def _negatives(column: pa.ChunkedArray) -> tuple[pa.Array, int]:
-    """The `negatives` column checked: lists of strings, none missing, k >= 1 for every pair."""
+    """The `negatives` column checked: lists of strings, none missing, k >= 1 for every pair
+    or for some (the others' lists empty)."""
     kind = column.type
     listed = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
     if not listed or not (pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type)):
@@ -83,12 +91,13 @@ def _negatives(column: pa.ChunkedArray) -> tuple[pa.Array, int]:
     array = column.combine_chunks()
     if array.null_count or array.flatten().null_count:
         raise ValueError("some pairs' negatives are null: every pair needs k non-null hard negatives")
-    counts = pc.min_max(pc.list_value_length(array))
-    fewest, most = counts["min"].as_py(), counts["max"].as_py()
+    lengths = pc.list_value_length(array)
+    counts = pc.min_max(pc.filter(lengths, pc.greater(lengths, 0)))
+    fewest, most = counts["min"].as_py() or 0, counts["max"].as_py() or 0
     if fewest != most:
         raise ValueError(
-            f"pairs carry {fewest} to {most} hard negatives: every pair needs the same number k >= 1 (pad or cut "
-            "them when pairing)"
+            f"pairs carry {fewest} to {most} hard negatives: every pair needs the same number k >= 1, or none (pad "
+            "or cut them when pairing)"
         )
     if most == 0:
         raise ValueError(

@@ -17,7 +17,7 @@ from pydantic import Field
 from torch import nn
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
-from viewmill.train.objectives import Objective, paper_citation, with_hard_negatives
+from viewmill.train.objectives import Objective, batch_negatives, paper_citation, with_hard_negatives
 from viewmill.train.pooling import exported_modules, mean_pooled
 
 from viewmill.specs import Spec
@@ -62,15 +62,16 @@ class Distill(nn.Module):
 
 
 def symmetric_info_nce(
-    a: torch.Tensor, b: torch.Tensor, temperature: float, negatives: torch.Tensor | None = None, weight: float = 0.0
-) -> torch.Tensor:
+    a: torch.Tensor, b: torch.Tensor, temperature: float, negatives: torch.Tensor | None = None, weight: float = 0.0,
+    present: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
     """In-batch InfoNCE in both directions: a_i against every b_j (and every hard negative of
     the batch, as supervised SimCSE: the negatives are candidates for view a's anchors only),
     and b_i against every a_j."""
     anchors = F.normalize(a, dim=-1)
     logits = anchors @ F.normalize(b, dim=-1).T / temperature
     targets = torch.arange(a.shape[0], device=a.device)
-    forward = with_hard_negatives(logits, anchors, negatives, temperature, weight, a.shape[0])
+    forward = with_hard_negatives(logits, anchors, negatives, temperature, weight, a.shape[0], present)
     return (F.cross_entropy(forward, targets) + F.cross_entropy(logits.T, targets)) / 2
 
 
@@ -97,8 +98,8 @@ class AnchoredContrastive(Distill):
         rows = {k: v[layout.source] for k, v in batch.items()}
         source = self.sentence_embedding(rows) if layout.sources else views[layout.a]
         a, b = gather_with_local_grad(views[layout.a]), gather_with_local_grad(views[layout.b])
-        negatives = gather_with_local_grad(views[layout.negatives]) if layout.k else None
-        contrast = symmetric_info_nce(a, b, self.temperature, negatives, self.hard_negative_weight)
+        negatives, present = batch_negatives(views, layout)
+        contrast = symmetric_info_nce(a, b, self.temperature, negatives, self.hard_negative_weight, present)
         return contrast + self.weight * F.mse_loss(source, self.teacher_embedding(rows))
 
     forward = loss

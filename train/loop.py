@@ -41,6 +41,8 @@ class TrainReport:
     dev_task_evals: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # each dev task's (step, score)
     best_step: int | None = None
     selected_step: int | None = None  # the step whose weights were exported; 0: the starting model
+    first_step_s: float | None = None  # the train stage's start (its snapshot read) to its first step's end
+    median_step_s: float | None = None  # a step after the first (dev scoring and checkpoints included)
 
 
 # "loading model X" -> a block the caller's progress reports as that, outside its rate of steps.
@@ -174,7 +176,7 @@ def _steps(run: _Run, source: PairTexts, plan: list[list[int]], dev: DevScore | 
         state.losses.append(
             train_step(run.model, run.optimizer, batch, len(index), train_encoder=step > config.head_warmup_steps,
                        precision=config.precision, scaler=run.scaler, after_step=run.after_step,
-                       accumulation=config.grad_accumulation, layout=source.layout(len(index)),
+                       accumulation=config.grad_accumulation, layout=source.layout(index),
                        cached_gradients=OBJECTIVES.get(config.objective).cached_gradients)
         )  # fmt: skip
         if not math.isfinite(state.losses[-1]):

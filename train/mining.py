@@ -24,10 +24,10 @@ import torch
 from pydantic import Field, PrivateAttr, model_validator
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
-from viewmill.storage.negatives import MINED_SOURCE, ROWS, candidate_sentences
+from viewmill.storage.negatives import MINED_SOURCE, ROWS, NegativesSpec, candidate_sentences
 from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 
-from viewmill.specs import Seed, Spec
+from viewmill.specs import Seed
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ MAX_RANK = 10_000_000  # range_min / range_max: a rank among the candidates
 Chosen = list[list[tuple[int, float]]]  # per anchor: (candidate index, score), closest first
 
 
-class MinedNegatives(Spec):
+class MinedNegatives(NegativesSpec):
     """`pair.negatives` with `source: mined`: negatives an encoder finds close to each anchor."""
 
     source: Literal["mined"]

@@ -87,15 +87,16 @@ def nt_xent(
     temperature: float,
     negatives: torch.Tensor | None = None,
     hard_negative_weight: float = 0.0,
+    present: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SimCLR's loss: 2n views; each view's positive is its partner and the other 2(n-1)
     views are its negatives (itself excluded). Hard `negatives` (n*k rows, pair i's at
-    i*k..i*k+k-1) join every view's candidates."""
+    i*k..i*k+k-1; `present` masks the slots of pairs without any) join every view's candidates."""
     z = F.normalize(torch.cat([a, b]), dim=-1)
     n = a.shape[0]
     logits = z @ z.T / temperature
     logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float("-inf"))
-    logits = with_hard_negatives(logits, z, negatives, temperature, hard_negative_weight, n)
+    logits = with_hard_negatives(logits, z, negatives, temperature, hard_negative_weight, n, present)
     targets = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
     return F.cross_entropy(logits, targets)
 
@@ -106,22 +107,27 @@ def info_nce(
     temperature: float,
     negatives: torch.Tensor | None = None,
     hard_negative_weight: float = 0.0,
+    present: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One-directional in-batch negatives (multiple negatives ranking): a_i against every b_j
-    and every hard negative of the batch (n*k rows, pair i's at i*k..i*k+k-1), as
-    sentence-transformers' MultipleNegativesRankingLoss and supervised SimCSE."""
+    and every hard negative of the batch (n*k rows, pair i's at i*k..i*k+k-1; `present` masks
+    the slots of pairs without any), as sentence-transformers' MultipleNegativesRankingLoss
+    and supervised SimCSE."""
     anchors = F.normalize(a, dim=-1)
     logits = anchors @ F.normalize(b, dim=-1).T / temperature
-    logits = with_hard_negatives(logits, anchors, negatives, temperature, hard_negative_weight, a.shape[0])
+    n = a.shape[0]
+    logits = with_hard_negatives(logits, anchors, negatives, temperature, hard_negative_weight, n, present)
     return F.cross_entropy(logits, torch.arange(a.shape[0], device=a.device))
 
 
 def with_hard_negatives(
     logits: torch.Tensor, anchors: torch.Tensor, negatives: torch.Tensor | None, temperature: float, weight: float,
-    n: int,
+    n: int, present: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """`logits` with the (normalised) anchors' logits against the hard negatives appended;
-    SimCSE's `weight` is added to each anchor's own pair's negatives (anchor r is pair r mod n)."""
+    SimCSE's `weight` is added to each anchor's own pair's negatives (anchor r is pair r mod n).
+    `present` (bool, one per negative slot): the slots of pairs without negatives are no
+    candidates (-inf), so each anchor meets exactly the negatives the batch has."""
     if negatives is None:
         return logits
     extra = anchors @ F.normalize(negatives, dim=-1).T / temperature
@@ -130,7 +136,27 @@ def with_hard_negatives(
         own_pair = torch.arange(negatives.shape[0], device=extra.device) // k
         own = own_pair.unsqueeze(0) == (torch.arange(anchors.shape[0], device=extra.device) % n).unsqueeze(1)
         extra = extra + weight * own.to(extra.dtype)
+    if present is not None:
+        extra = extra.masked_fill(~present.unsqueeze(0), float("-inf"))
     return torch.cat([logits, extra], dim=1)
+
+
+def batch_negatives(z: torch.Tensor, layout: BatchLayout) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The batch's hard negatives from its embeddings `z`, gathered over every rank: n*k rows
+    (pair i's at i*k..i*k+k-1) and, where only some pairs carry them (`layout.holders`), which
+    slots hold one (the others are zero rows). None, None: the batch has no negative rows.
+
+    Every rank gathers the same n*k rows whichever of its pairs hold negatives, so the
+    collective calls match across ranks."""
+    if not layout.k:
+        return None, None
+    rows = z[layout.negatives]
+    if layout.holders is None:
+        return gather_with_local_grad(rows), None
+    slots = torch.tensor(layout.negative_slots(), dtype=torch.long, device=z.device)
+    dense = rows.new_zeros(layout.n * layout.k, rows.shape[-1]).index_copy(0, slots, rows)
+    present = torch.zeros(layout.n * layout.k, dtype=rows.dtype, device=z.device).index_fill(0, slots, 1.0)
+    return gather_with_local_grad(dense), gather_with_local_grad(present) > 0
 
 
 class Contrastive(nn.Module):
@@ -156,9 +182,9 @@ class Contrastive(nn.Module):
         """The loss over a batch's embeddings `z` (rows as `layout` says)."""
         fn = nt_xent if self.kind == "ntxent" else info_nce
         # Under torchrun every rank's pairs (and negatives) are negatives too: the loss is over the global batch.
-        negatives = gather_with_local_grad(z[layout.negatives]) if layout.k else None
+        negatives, present = batch_negatives(z, layout)
         a, b = gather_with_local_grad(z[layout.a]), gather_with_local_grad(z[layout.b])
-        return fn(a, b, self.temperature, negatives, self.hard_negative_weight)
+        return fn(a, b, self.temperature, negatives, self.hard_negative_weight, present)
 
     def loss(
         self, batch: dict[str, torch.Tensor], n: int, *, train_encoder: bool = True, layout: BatchLayout | None = None

@@ -16,6 +16,9 @@ log = logging.getLogger(__name__)
 def pair_stage(ctx: RunContext, pairings: list[tuple[str, str]], corpus_version: str) -> Snapshot:
     """The snapshot pairing each (a, b) view configuration's kept views of every sentence."""
     negatives = ctx.recipe.pair.negatives
+    chosen = negatives.pairings if negatives is not None else None
+    # `pairings` are the configurations of pair.pairs, in its order: name -> configuration.
+    by_name = dict(zip(ctx.recipe.pair.pairs, pairings, strict=True))
     with ctx.lake() as lake:
         snapshot = create_pairs_snapshot(
             lake,
@@ -25,6 +28,7 @@ def pair_stage(ctx: RunContext, pairings: list[tuple[str, str]], corpus_version:
             pairings=pairings,
             run_id=ctx.run_id,
             negatives=negatives,
+            negative_pairings=None if chosen is None else [by_name[tuple(p)] for p in chosen],
             keep_identical=bool(ctx.recipe.pair.keep_identical),
         )
         log.info(identical_line(lake, snapshot))
@@ -48,6 +52,13 @@ def negatives_line(lake: Lake, snapshot: Snapshot) -> str:
     """What the stage log says of a snapshot's hard negatives: their source, how many per
     pair, and how many pairs were dropped for having fewer."""
     note = json.loads(lake.scalar("SELECT negatives FROM snapshots WHERE snapshot = ?", [snapshot.name]))
+    if "with_negatives" in note:  # pair.negatives.pairings gave them to some pairings' pairs
+        pairings = ", ".join(f"[{a}, {b}]" for a, b in note["pairings"])
+        return (
+            f"pairs snapshot {snapshot.name}: {snapshot.n_pairs} pairs, {note['with_negatives']} of them (pairings "
+            f"{pairings}) with {note['per_anchor']} {note['source']} negative(s) each, the others with none; "
+            f"{note['dropped']} pairs dropped for having fewer"
+        )
     return (
         f"pairs snapshot {snapshot.name}: {snapshot.n_pairs} pairs with {note['per_anchor']} {note['source']} "
         f"negative(s) each; {note['dropped']} pairs dropped for having fewer"

@@ -101,3 +101,28 @@ def test_dev_data_turns_on_dev_evaluation_unless_told_otherwise(tmp_path, tiny_r
     assert load_recipe(tiny_recipe, dev).train.eval_every == 4  # 20, capped at the run's 4 steps
     assert load_recipe(tiny_recipe, [*dev, "train.eval_every=0"]).train.eval_every == 0
     assert load_recipe(tiny_recipe).train.eval_every == 0  # no dev data, nothing to score
+
+
+def test_negatives_pairings_name_some_of_the_pairs_pairings(tmp_path):
+    b = "{name: b, path: [en, ca, en]}"
+    three = BASE.replace(f"{b}]", f"{b}, {{name: c, method: identity}}]")
+
+    def pair(negatives_pairings: str) -> str:
+        chosen = f", pairings: {negatives_pairings}" if negatives_pairings else ""
+        negatives = f"{{source: mined{chosen}}}"
+        return three.replace("{view_a: a, view_b: b}", f"{{pairings: [[c, a], [a, b]], negatives: {negatives}}}")
+
+    recipe = load_recipe(_write(tmp_path, pair("[[c, a]]")))
+    assert recipe.pair.negatives.pairings == [("c", "a")]
+    assert recipe.model_dump(mode="json")["pair"]["negatives"]["pairings"] == [["c", "a"]]
+    unset = load_recipe(_write(tmp_path, pair("")))
+    assert unset.pair.negatives.pairings is None
+    assert "pairings" not in unset.model_dump(mode="json")["pair"]["negatives"], "unset: the recipe's hash stays"
+    for chosen, message in [
+        ("[[a, c]]", "pair.negatives.pairings names ['a', 'c'], which is not one of the pair's pairings "
+                     "[['c', 'a'], ['a', 'b']]: name one of those"),
+        ("[[c, a], [c, a]]", "pair.negatives.pairings lists a pairing twice"),
+        ("[]", "pairings"),
+    ]:  # fmt: skip
+        with pytest.raises(RecipeError, match=re.escape(message)):
+            load_recipe(_write(tmp_path, pair(chosen)))

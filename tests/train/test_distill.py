@@ -151,10 +151,10 @@ def test_sources_equal_to_view_a_are_embedded_once():
     """Identity pairings (view a is the source sentence): the batch carries no second copy."""
     same = pa.table({"text_a": SENTENCES, "text_b": [s.lower() for s in SENTENCES], "text_source": SENTENCES})
     texts = PairTexts(same, sources=True)
-    assert texts.layout(2) is None, "the plain [a..., b...] batch"
+    assert texts.layout([0, 1]) is None, "the plain [a..., b...] batch"
     assert texts.texts([0, 1]) == [*SENTENCES[:2], *(s.lower() for s in SENTENCES[:2])]
     differ = PairTexts(_translations(True), sources=True)
-    assert differ.layout(2) == BatchLayout(2, sources=True) and differ.texts([0])[-1] == SENTENCES[0]
+    assert differ.layout([0, 1]) == BatchLayout(2, sources=True) and differ.texts([0])[-1] == SENTENCES[0]
 
 
 def _cross_entropy_by_hand(scores, target):
