@@ -140,6 +140,9 @@ def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str
     before = {"seconds": run["seconds"] - record["timings"]["total"], "rows": None, "peak_rss": peaks.pop("before")}
     stages["start + preflight"] = before
     stages["run (process)"] = {"seconds": run["seconds"], "rows": rows["ingest"], "peak_rss": run["peak_rss"]}
+    for key, name in (("train_first_step", "train: start to first step"), ("train_step", "train: a step")):
+        if key in record["timings"]:  # within train's window: its start-up on the snapshot, and a step
+            stages[name] = {"seconds": record["timings"][key], "rows": None, "peak_rss": peaks["train"]}
     commands = {
         "views report": (["views", "report", "--out", str(workdir / "report")], rows["augment"]),
         "lake verify": (["lake", "verify"], record["lake_bytes"]),

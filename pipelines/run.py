@@ -125,6 +125,11 @@ def _train_and_evaluate(
     if start is not None and ctx.recipe.evaluate.baseline:
         models.append(start)
     summary.train = timed("train", train_stage, ctx, snap.name, snap.content_hash)
+    trained = summary.train.report
+    if trained is not None and trained.first_step_s is not None:  # within train's seconds: its start-up at scale
+        timed.timings["train_first_step"] = trained.first_step_s
+        if trained.median_step_s is not None:
+            timed.timings["train_step"] = trained.median_step_s
     models.append(EvalTarget("trained", summary.train.path, summary.train.model_id, card=True, start=start))
     if evaluates:
         summary.evals = timed("evaluate", evaluate_stage, ctx, models)

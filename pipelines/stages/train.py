@@ -4,6 +4,9 @@ and published."""
 from __future__ import annotations
 
 import contextlib
+import itertools
+import statistics
+import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -91,6 +94,7 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
     """Train the recipe's model on the snapshot's pairs, exported to `staged`."""
     spec = ctx.recipe.train
     assert spec is not None
+    stamps = [time.perf_counter()]
     base = resolve_encoder(spec.encoder)
     purpose = f"train on pairs snapshot '{snapshot}'"
     with ctx.lake(read_only=True) as lake:
@@ -102,9 +106,22 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
             "corpus_datasets": corpus_datasets(ctx.recipe.corpus.format, ctx.recipe.corpus.files),
             "dev_task": ", ".join(task.name for task in spec.dev_tasks) or None}  # fmt: skip
     keys = table["sentence_id"].to_pylist()
+    stamp = lambda _step, _loss: stamps.append(time.perf_counter())  # noqa: E731
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps, unit="steps") as progress:
-        return train_model(table, base, spec, staged, card=card, keys=keys, dev=_dev_scorer(spec.dev_tasks, progress),
-                           on_trained=lambda step: progress(step, spec.steps), phase=progress.phase)  # fmt: skip
+        report = train_model(table, base, spec, staged, card=card, keys=keys, dev=_dev_scorer(spec.dev_tasks, progress),
+                             on_trained=lambda step: progress(step, spec.steps), phase=progress.phase,
+                             on_step=stamp)  # fmt: skip
+    report.first_step_s, report.median_step_s = step_times(stamps)
+    return report
+
+
+def step_times(stamps: list[float]) -> tuple[float | None, float | None]:
+    """From the stage's start and each step's end: the start to the first step, and a step's
+    median after that (None where there are none)."""
+    if len(stamps) < 2:
+        return None, None
+    steps = [later - earlier for earlier, later in itertools.pairwise(stamps[1:])]
+    return round(stamps[1] - stamps[0], 3), round(statistics.median(steps), 4) if steps else None
 
 
 def with_sources(lake: Lake, pairs: pa.Table, purpose: str) -> pa.Table:

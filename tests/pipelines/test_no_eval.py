@@ -30,6 +30,10 @@ def test_no_eval_and_an_empty_task_list_train_without_evaluating(tmp_path, tiny_
     assert _evals(state) == [], "nothing scored"
     with Lake(state.lake, read_only=True) as lake:
         assert lake.con.execute("SELECT count(*) FROM models").fetchone() == (1,), "the model is trained and recorded"
+        first_step, train = lake.con.execute(
+            "SELECT timings->>'$.train_first_step', timings->>'$.train' FROM runs ORDER BY started_at LIMIT 1"
+        ).fetchone()
+    assert 0 < float(first_step) < float(train), "the run records its start-up to the first training step"
 
     assert load_recipe(tiny_recipe, ["evaluate.tasks=[]"]).evaluate.tasks == []
     empty = runner.invoke(app, [*args, "--set", "evaluate.tasks=[]"])

@@ -45,7 +45,8 @@ def test_a_full_summary_has_the_keys_it_always_had():
     assert summary["train"] == {"model_id": "id", "path": "m", "reused": False, "steps": 4, "pairs": 4,
                                 "first_loss": 1.5, "last_loss": 1.0, "seconds": 2.0, "model_dir": "m",
                                 "dev_evals": [], "dev_task_evals": {}, "best_step": None,
-                                "selected_step": 4}  # fmt: skip
+                                "selected_step": 4, "first_step_s": None,
+                                "median_step_s": None}  # fmt: skip
     assert summary["evals"] == [{"model": "trained", "task": "sts", "value": 70.0, "n": 4, "convention": "all",
                                  "reused": False, "same_as": None}]  # fmt: skip
     json.dumps(summary)  # a flow's result: plain JSON values only
