@@ -31,12 +31,13 @@ class CommitSizes:
     fixed: int | None = None
     clock: Callable[[], float] = time.monotonic
     lake_seconds: Callable[[], float] | None = None
+    start: int = MIN_SENTENCES  # the first commit's size where sized by time (a size reached before)
     size: int = field(init=False)
 
     def __post_init__(self) -> None:
         if self.fixed is not None and self.fixed < 1:
             raise ValueError(f"sentences per commit must be at least 1, got {self.fixed}")
-        self.size = self.fixed or MIN_SENTENCES
+        self.size = self.fixed or max(MIN_SENTENCES, min(self.start, MAX_SENTENCES))
 
     def chunks(self, items: list[Item]) -> Iterator[list[Item]]:
         """`items` in consecutive chunks; the time until the next chunk is asked for (the work
@@ -68,17 +69,23 @@ def next_size(size: int, sentences: int, seconds: float, lake_s: float) -> int:
     by_time = sentences / seconds * WORK_PER_COMMIT_S
     work = seconds - lake_s
     by_lake = MAX_SENTENCES if work <= 0 else sentences * lake_s / (MAX_LAKE_SHARE * work)
-    return max(MIN_SENTENCES, min(int(max(by_time, by_lake)), 2 * size, MAX_SENTENCES))
+    return max(MIN_SENTENCES, min(round(max(by_time, by_lake)), 2 * size, MAX_SENTENCES))
 
 
-def commits_for(sentences: int, per_sentence_s: float, commit_s: float, fixed: int | None = None) -> int:
-    """How many commits the rule makes of `sentences` that take `per_sentence_s` each plus
-    `commit_s` of lake work a commit (what `viewmill plan` expects of a shard)."""
+def commits_for(
+    sentences: int, per_sentence_s: float, commit_s: float, fixed: int | None = None, shards: int = 1
+) -> int:
+    """How many commits the rule makes of `sentences` in `shards` equal shards run one after
+    another (each starting at the size the last reached), taking `per_sentence_s` each plus
+    `commit_s` of lake work a commit: what `viewmill plan` expects of a run."""
+    per_shard = -(-sentences // max(shards, 1))
     if fixed is not None:
-        return -(-sentences // fixed)
-    size, done, commits = MIN_SENTENCES, 0, 0
-    while done < sentences:
-        chunk = min(size, sentences - done)
-        done, commits = done + chunk, commits + 1
-        size = next_size(size, chunk, chunk * per_sentence_s + commit_s, commit_s)
+        return shards * -(-per_shard // fixed)
+    size, commits = MIN_SENTENCES, 0
+    for _ in range(shards):
+        done = 0
+        while done < per_shard:
+            chunk = min(size, per_shard - done)
+            done, commits = done + chunk, commits + 1
+            size = next_size(size, chunk, chunk * per_sentence_s + commit_s, commit_s)
     return commits

@@ -142,8 +142,9 @@ def make_shard_views(
         ctx = ProduceContext(lake, run_id, report.cache)
         if on_progress is not None:
             on_progress(0, len(todo))
-        done = 0
-        for chunk in _commit_sizes(spec, filters, chunk_size, lake).chunks(todo):
+        reached_key = (config, str(lake.root), lake.data_path)
+        done, sizes = 0, _commit_sizes(spec, filters, chunk_size, lake, _reached.get(reached_key, MIN_SENTENCES))
+        for chunk in sizes.chunks(todo):
             views = _chunk_views(chunk, producer, ctx, spec, filters, config, run_id)
             if judge is not None and filters.meaning is not None:
                 rows = views.to_pylist()
@@ -154,15 +155,23 @@ def make_shard_views(
             done += len(chunk)
             if on_progress is not None:
                 on_progress(done, len(todo))
+        _reached[reached_key] = sizes.size
     finally:
         if owned:
             producer.close()
     return report
 
 
+# Per configuration and lake, the commit size this process's last shard reached: its next shard
+# starts there, not at MIN_SENTENCES again (a 5,000-sentence shard made 4 commits where 1 does).
+_reached: dict[tuple[str, str, str], int] = {}
 
-def _commit_sizes(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None, lake: Lake) -> CommitSizes:
-    return CommitSizes(fixed_commit_size(spec, filters, chunk_size), lake_seconds=lake.busy_seconds)
+
+def _commit_sizes(
+    spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None, lake: Lake, start: int = MIN_SENTENCES
+) -> CommitSizes:
+    fixed = fixed_commit_size(spec, filters, chunk_size)
+    return CommitSizes(fixed, lake_seconds=lake.busy_seconds, start=start)
 
 
 def fixed_commit_size(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None) -> int | None:

@@ -313,7 +313,7 @@ def lake_commits_s(m: AugmenterMeasure, todo: float, new_share: float, per_sente
     translating = new_share > 0 and m.translation_commit_s > 0
     with_views = translating and m.translation_chunk is None
     commit_s = m.view_commit_s + (m.translation_commit_s if with_views else 0.0)
-    commits = shards * commits_for(math.ceil(todo / shards), per_sentence, commit_s, m.fixed_commit)
+    commits = commits_for(math.ceil(todo), per_sentence, commit_s, m.fixed_commit, shards=shards)
     own = math.ceil(todo * new_share / m.translation_chunk) if translating and m.translation_chunk else 0
     return commits * commit_s + own * m.translation_commit_s
 

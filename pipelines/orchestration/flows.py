@@ -42,6 +42,7 @@ from viewmill.pipelines.stages.evaluate import evaluate_stage
 from viewmill.pipelines.stages.ingest import ingest_stage
 from viewmill.pipelines.stages.pair import pair_stage
 from viewmill.pipelines.stages.preflight import preflight
+from viewmill.pipelines.stages.shard_lakes import keeping_lakes
 from viewmill.pipelines.stages.train import train_stage
 from viewmill.pipelines.state import StatePaths
 from viewmill.pipelines.sweep import SweepRecipes, run_sweep
@@ -108,6 +109,8 @@ def submit_shards(ctx: RunContext, jobs: list[ShardJob]) -> list[ShardReport]:
     with contextlib.ExitStack() as stack:
         # The run's settings choose where shards go, when the run starts (not at import).
         runner = stack.enter_context(task_runner(ctx.settings.dask)) if ctx.settings.dask else None
+        if runner is None:  # the shards run in this process: each lent the lake the last one used
+            stack.enter_context(keeping_lakes())
         futures: list[Any] = []
         by_shard: dict[tuple[str, int], Any] = {}
         for shard, job in zip(tasks, jobs, strict=True):

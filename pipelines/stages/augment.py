@@ -22,6 +22,7 @@ from viewmill.augment.views import AugmentReport, Shard, ShardReport, config_has
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.stages.producers import lent_producer
+from viewmill.pipelines.stages.shard_lakes import keeping_lakes, shard_lake
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import open_lake
 from viewmill.storage.maintenance import tidy_after_run
@@ -134,7 +135,7 @@ def augment_shard(
     part = Shard(**shard)
     judge = meaning_judge(filters.meaning)
     configs: list[str] = []
-    with open_lake(settings or Settings(), lake_root) as lake:
+    with shard_lake(settings or Settings(), lake_root) as lake:
         for current in (*earlier, spec):
             engine = getattr(current, "engine", None) or current.method  # the rate is the engine's
             label = f"augment {current.name} ({engine}) shard {part.index + 1}/{part.count}"
@@ -210,7 +211,8 @@ def shards_missing_views(lake_root: str, jobs: list[ShardJob], settings: Setting
 
 
 def run_shards_here(jobs: list[ShardJob]) -> list[ShardReport]:
-    return [augment_shard(**job.kwargs()) for job in jobs]
+    with keeping_lakes():
+        return [augment_shard(**job.kwargs()) for job in jobs]
 
 
 def augment_finish(ctx: RunContext, augmenter: str, shard_reports: list[ShardReport]) -> AugmentReport:

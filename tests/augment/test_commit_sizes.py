@@ -6,7 +6,7 @@ from viewmill.augment.data_augmenters import Identity
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.replacement_augmenters import Synonym
 from viewmill.augment.translation_augmenters import BackTranslation
-from viewmill.augment.views import make_shard_views
+from viewmill.augment.views import Shard, make_shard_views
 from viewmill.storage.ids import sentence_id
 from viewmill.storage.lake import Lake
 from viewmill.storage.lake_setup import CATALOG_NAME
@@ -128,3 +128,25 @@ def test_only_views_that_cannot_depend_on_their_batch_commit_by_time(tmp_path, s
     with Lake(tmp_path / "lake") as lake:
         assert views_module._commit_sizes(spec, filters, None, lake).fixed == fixed
         assert views_module._commit_sizes(spec, filters, 7, lake).fixed == 7  # a recipe's own size always holds
+
+
+def test_commits_for_carries_the_size_from_shard_to_shard():
+    assert commits_for(10_000, 0.0, 0.0, shards=2) == 4 + 1  # 512, 1024, 2048, 1416; then 5,000 at once
+    assert commits_for(10_000, 0.0, 0.0, fixed=512, shards=2) == 2 * 10
+
+
+def test_a_shards_commits_start_at_the_size_the_last_shard_of_its_augmenter_reached(tmp_path, monkeypatch):
+    texts = [f"sentence number {i}." for i in range(2000)]
+    rows = [{"corpus": "c", "sentence_id": sentence_id(t), "text": t, "lang": "en"} for t in texts]
+    monkeypatch.setattr(
+        views_module, "CommitSizes", lambda fixed, start, **_: CommitSizes(fixed, clock=FakeClock(0.0), start=start)
+    )
+    with Lake(tmp_path / "lake") as lake:
+        lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
+        commits = []
+        for index in range(2):
+            progress: list[int] = []
+            make_shard_views(lake, "c", Identity(name="same"), FilterSpec(), run_id="r", shard=Shard(index, 2),
+                             on_progress=lambda n, _t, seen=progress: seen.append(n))  # fmt: skip
+            commits.append(len(progress) - 1)
+    assert commits == [2, 1]  # ~1,000 sentences: 512 then the rest; the second shard starts at 2,048
