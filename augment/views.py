@@ -20,9 +20,12 @@ from viewmill.storage.schema import PROVENANCE, QUALITY, VIEWS
 
 @dataclass(frozen=True)
 class Shard:
-    """Shard `index` of `count`: the sentences whose id's first 32 bits, modulo `count`, are
-    `index`. Ids are content hashes, so shards are stable across runs and machines and
-    about equal in size."""
+    """Shard `index` of `count`: the sentences whose id's first 32 bits fall in the `index`-th
+    of `count` equal ranges (`shard_of_sql`). Ids are content hashes, so shards are stable
+    across runs and machines and about equal in size; and as a range, a shard's commits write
+    files of a narrow id (and source-text hash) range, which later commits' duplicate checks
+    and translation-cache lookups skip by their min/max (a modulo spread every file over the
+    whole range, so each commit read every earlier one: quadratic at a million sentences)."""
 
     index: int = 0
     count: int = 1
@@ -67,13 +70,19 @@ class AugmentReport:
         return asdict(self)
 
 
+def shard_of_sql(sentence_id: str, count: str) -> str:
+    """SQL for the shard of `sentence_id` among `count` (column names or parameters): which of
+    `count` equal ranges its first 32 bits fall in."""
+    return f"(('0x' || substr({sentence_id}, 1, 8))::UBIGINT * {count} // 4294967296)"
+
+
 def corpus_sentences(lake: Lake, corpus: str, shard: Shard = Shard()) -> list[tuple[str, str, str]]:
     """(sentence_id, text, lang) of the corpus's sentences in `shard`, in id order."""
     # The shard rule in SQL: a shard reads only its own rows.
     table = lake.arrow(
-        """
+        f"""
         SELECT sentence_id, text, lang FROM sentences
-        WHERE corpus = ? AND ('0x' || substr(sentence_id, 1, 8))::UBIGINT % ? = ?
+        WHERE corpus = ? AND {shard_of_sql("sentence_id", "?")} = ?
         ORDER BY sentence_id
         """,
         [corpus, shard.count, shard.index],

@@ -18,7 +18,15 @@ from viewmill.augment.embedding_cache import EmbeddingCache
 from viewmill.augment.meaning import MeaningJudge, MeaningSpec
 from viewmill.augment.models import load_once
 from viewmill.augment.quality import FilterSpec
-from viewmill.augment.views import AugmentReport, Shard, ShardReport, config_hash, make_shard_views, summarise
+from viewmill.augment.views import (
+    AugmentReport,
+    Shard,
+    ShardReport,
+    config_hash,
+    make_shard_views,
+    shard_of_sql,
+    summarise,
+)
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.progress import progress_bar
 from viewmill.pipelines.stages.producers import lent_producer
@@ -196,11 +204,11 @@ def shards_missing_views(lake_root: str, jobs: list[ShardJob], settings: Setting
     )  # fmt: skip
     with open_lake(settings or Settings(), lake_root, read_only=True) as lake, lake.with_keys("_jobs", keys):
         rows = lake.con.execute(
-            """
+            f"""
             SELECT j.job, count(*) FILTER (WHERE v.view_id IS NULL) AS missing
             FROM _jobs j
             JOIN sentences s ON s.corpus = j.corpus
-                 AND ('0x' || substr(s.sentence_id, 1, 8))::UBIGINT % j.shard_count = j.shard_index
+                 AND {shard_of_sql("s.sentence_id", "j.shard_count")} = j.shard_index
             LEFT JOIN (SELECT DISTINCT sentence_id, config_hash, view_id FROM views) v
                  ON v.sentence_id = s.sentence_id AND v.config_hash = j.config_hash
             GROUP BY j.job

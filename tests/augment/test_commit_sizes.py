@@ -7,7 +7,7 @@ from viewmill.augment.quality import FilterSpec
 from viewmill.augment.replacement_augmenters import Synonym
 from viewmill.augment.translation_augmenters import BackTranslation
 from viewmill.augment.views import Shard, make_shard_views
-from viewmill.storage.ids import sentence_id
+from viewmill.storage.ids import sentence_id, text_hash
 from viewmill.storage.lake import Lake
 from viewmill.storage.lake_setup import CATALOG_NAME
 from viewmill.storage.schema import SENTENCES
@@ -150,3 +150,24 @@ def test_a_shards_commits_start_at_the_size_the_last_shard_of_its_augmenter_reac
                              on_progress=lambda n, _t, seen=progress: seen.append(n))  # fmt: skip
             commits.append(len(progress) - 1)
     assert commits == [2, 1]  # ~1,000 sentences: 512 then the rest; the second shard starts at 2,048
+
+
+def test_a_shards_files_cover_only_its_own_id_range_so_later_commits_skip_them(tmp_path):
+    """Shards are ranges of the id space: each views and translations file of a shard lies in
+    its range, so a later shard's duplicate check and cache lookup prune it by min/max."""
+    import pyarrow.parquet as pq
+
+    texts = [f"sentence number {i} is here." for i in range(600)]
+    rows = [{"corpus": "c", "sentence_id": sentence_id(t), "text": t, "lang": "en"} for t in texts]
+    with Lake(tmp_path / "lake") as lake:
+        lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
+        for index in range(3):
+            make_shard_views(lake, "c", Identity(name="same"), FilterSpec(), run_id="r", shard=Shard(index, 3))
+        files = lake.arrow("SELECT data_file FROM ducklake_list_files(?, 'views')", [CATALOG_NAME])
+        shards = []
+        for path in files["data_file"].to_pylist():
+            ids = pq.read_table(path, columns=["sentence_id"])["sentence_id"].to_pylist()
+            shards.append({int(i[:8], 16) * 3 // 2**32 for i in ids})
+    assert len(shards) >= 3 and all(len(s) == 1 for s in shards), shards
+    # A forward translation's cache rows are keyed by the source's text hash: the sentence id.
+    assert all(sentence_id(t) == text_hash(t) for t in texts)
