@@ -17,8 +17,9 @@ from viewmill.storage.lake_files import (
     scheduled_for_deletion,
     stray_files,
 )
+from viewmill.storage.pair_hashes import HASHED_COLUMNS, legacy_content_hash, pairs_content_hash
 from viewmill.storage.schema import TABLES
-from viewmill.storage.snapshots import legacy_content_hash, pairs_content_hash, stored_negatives
+from viewmill.storage.snapshots import stored_negatives
 
 DAMAGE = ("missing", "unreadable", "size", "rows", "content")  # a file whose rows cannot be trusted
 
@@ -103,6 +104,10 @@ def refuse_missing_files(lake: Lake) -> None:
     )
 
 
+# What the content hash and the legacy hash read of a pair: no other column is read back.
+SNAPSHOT_HASH_READS = ", ".join((*HASHED_COLUMNS, "view_b_id"))
+
+
 def check_snapshots(lake: Lake, report: VerifyReport) -> None:
     """Every named pairs snapshot still holds n_pairs pairs whose content hash (with its hard
     negatives, where it has them) is the recorded one."""
@@ -110,7 +115,7 @@ def check_snapshots(lake: Lake, report: VerifyReport) -> None:
         "SELECT snapshot, recipe, n_pairs, content_hash FROM snapshots ORDER BY snapshot"
     ).fetchall():
         try:
-            pairs = lake.arrow("SELECT * FROM pairs WHERE snapshot = ?", [name])
+            pairs = lake.arrow(f"SELECT {SNAPSHOT_HASH_READS} FROM pairs WHERE snapshot = ?", [name])
             negatives = stored_negatives(lake, name)  # None: a snapshot without hard negatives
         except Exception as exc:  # any read failure is this snapshot's problem
             report.problems.append(Problem("snapshot", "pairs", name, f"pairs cannot be read ({exc})"))

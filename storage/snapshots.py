@@ -11,13 +11,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 from viewmill.storage.catalog import unknown_snapshot
 from viewmill.storage.files import build_dir_atomically
-from viewmill.storage.ids import canonical_json, fingerprint
+from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.negatives import (
-    NEGATIVE_COLUMNS,
     NLI_SOURCE,
     NegativesSource,
     complete_pairs,
@@ -25,6 +23,7 @@ from viewmill.storage.negatives import (
     snapshot_negatives,
 )
 from viewmill.storage.output_paths import OutputGuard
+from viewmill.storage.pair_hashes import pair_ids, pairs_content_hash
 from viewmill.storage.schema import SNAPSHOTS
 
 
@@ -37,35 +36,7 @@ class Snapshot:
     created: bool  # False when an identical snapshot already existed
 
 
-# What training reads of a pair (and its languages): the content hash covers exactly these.
-HASHED_COLUMNS = ("pair_id", "sentence_id", "text_a", "text_b", "lang_a", "lang_b")
 PAIRING_READS = ("corpus_versions", "corpus_members", "views")  # tables whose files pairing reads
-HASH_BATCH = 65536  # rows per hashed block: part of the hash's definition, never change it
-
-
-def pairs_content_hash(recipe: str, pairs: pa.Table, negatives: pa.Table | None = None) -> str:
-    """Hash of the recipe and every pair's ids, texts and languages, in pair_id order, then
-    (a snapshot with hard negatives) every negative row by pair and rank: two snapshots with
-    the same hash hand training the same bytes. Without negatives, the hash snapshots always had."""
-    digest = xxhash.xxh3_128(canonical_json(recipe).encode("utf-8"))
-    _hash_rows(digest, pairs.select(list(HASHED_COLUMNS)).sort_by("pair_id"))
-    if negatives is not None:
-        digest.update(b"negatives")
-        order = [("pair_id", "ascending"), ("rank", "ascending")]
-        _hash_rows(digest, negatives.select(list(NEGATIVE_COLUMNS)).sort_by(order))
-    return digest.hexdigest()
-
-
-def _hash_rows(digest: Any, ordered: pa.Table) -> None:
-    # One chunk first, so batch boundaries (and the hash) never depend on how the rows arrived.
-    for batch in ordered.combine_chunks().to_batches(max_chunksize=HASH_BATCH):
-        digest.update(canonical_json([column.to_pylist() for column in batch.columns]).encode("utf-8"))
-
-
-def legacy_content_hash(recipe: str, pairs: pa.Table) -> str:
-    """The hash snapshots made before texts were hashed carry (ids only, in pairing order)."""
-    ordered = pairs.sort_by([("sentence_id", "ascending"), ("view_b_id", "ascending")])
-    return fingerprint(recipe, ordered["pair_id"].to_pylist())
 
 
 def _candidate_pairs(lake: Lake, corpus_version: str, pairings: Sequence[tuple[str, str]]) -> pa.Table:
@@ -113,7 +84,7 @@ def create_pairs_snapshot(
     """
     pairs = _checked_pairs(lake, corpus, corpus_version, pairings, negatives)
     pairs, identical = _without_identical(pairs) if not keep_identical else (pairs, 0)
-    pairs = pairs.append_column("pair_id", _pair_ids(pairs))
+    pairs = pairs.append_column("pair_id", pair_ids(pairs))
     takers = None if negative_pairings is None else _of_pairings(pairs, negative_pairings)
     pairs = pairs.drop_columns(["config_a", "config_b"])
     record = {"recipe": recipe, "corpus": corpus, "run_id": run_id, "corpus_version": corpus_version}
@@ -224,12 +195,6 @@ def _without_identical(pairs: pa.Table) -> tuple[pa.Table, int]:
             "or set pair.keep_identical: true"
         )
     return kept, pairs.num_rows - kept.num_rows
-
-
-def _pair_ids(pairs: pa.Table) -> pa.Array:
-    """Each pair's id: a hash of its sentence and its two views."""
-    columns = (pairs[name].to_pylist() for name in ("sentence_id", "view_a_id", "view_b_id"))
-    return pa.array([fingerprint(s, a, b) for s, a, b in zip(*columns, strict=True)], pa.string())
 
 
 def _write_snapshot(lake: Lake, pairs: pa.Table, record: dict, negatives: pa.Table | None) -> None:

@@ -62,7 +62,7 @@ def train_model(
     out_dir: Path,
     *,
     card: dict,
-    keys: Sequence[str] | None = None,
+    keys: Sequence[str] | pa.Array | pa.ChunkedArray | None = None,
     on_step: Callable[[int, float], None] | None = None,
     dev: DevScore | None = None,
     phase: Phase | None = None,

@@ -105,7 +105,7 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
             "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
             "corpus_datasets": corpus_datasets(ctx.recipe.corpus.format, ctx.recipe.corpus.files),
             "dev_task": ", ".join(task.name for task in spec.dev_tasks) or None}  # fmt: skip
-    keys = table["sentence_id"].to_pylist()
+    keys = table["sentence_id"]  # Arrow: a 1M-pair snapshot is never a million Python strings
     stamp = lambda _step, _loss: stamps.append(time.perf_counter())  # noqa: E731
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps, unit="steps") as progress:
         report = train_model(table, base, spec, staged, card=card, keys=keys, dev=_dev_scorer(spec.dev_tasks, progress),

@@ -10,11 +10,11 @@ from viewmill.storage.corpus_versions import record_corpus_version
 from viewmill.storage.integrity import verify_lake
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.negatives import ROWS, NliContradictions
+from viewmill.storage.pair_hashes import pairs_content_hash
 from viewmill.storage.schema import NLI_PAIRS, SENTENCES, VIEWS
 from viewmill.storage.snapshots import (
     create_pairs_snapshot,
     export_snapshot,
-    pairs_content_hash,
     read_pairs,
 )
 

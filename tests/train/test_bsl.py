@@ -1,5 +1,7 @@
 import copy
 
+import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 import torch.nn.functional as F
@@ -179,3 +181,41 @@ def test_warmup_step_leaves_encoder_and_target_untouched():
     train_step(model, optimizer, _batch(), 4, train_encoder=False, after_step=_ema(model, 0.0))
     assert all(torch.equal(a, b) for a, b in zip(online, model.online.parameters(), strict=True))
     assert all(torch.equal(a, b) for a, b in zip(target, model.target.parameters(), strict=True))
+
+
+def _reference_batches(lengths, batch_size, steps, seed, group=32, keys=None):
+    """The per-index Python definition batches() keeps exactly (its output, not its speed)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < steps:
+        order = rng.permutation(len(lengths)).tolist()
+        epoch = []
+        for start in range(0, len(lengths), batch_size * group):
+            pending = sorted(order[start : start + batch_size * group], key=lambda i: lengths[i])
+            while len(pending) >= batch_size:
+                batch, seen, rest = [], set(), []
+                for index in pending:
+                    key = keys[index] if keys is not None else index
+                    if len(batch) < batch_size and key not in seen:
+                        batch.append(index)
+                        seen.add(key)
+                    else:
+                        rest.append(index)
+                if len(batch) < batch_size:
+                    break
+                epoch.append(batch)
+                pending = rest
+        out.extend(epoch[i] for i in rng.permutation(len(epoch)))
+    return out[:steps]
+
+
+@pytest.mark.parametrize("repeats", [1, 3])  # 3: windows where a sentence repeats take the greedy path
+def test_batches_equal_the_per_index_definition(repeats):
+    rng = np.random.default_rng(5)
+    keys = [f"s{i // repeats}" for i in range(3000)]
+    lengths = rng.integers(5, 90, size=3000).tolist()
+    for seed in (0, 1):
+        expected = _reference_batches(lengths, 16, 400, seed, group=8, keys=keys)
+        assert batches(lengths, 16, 400, seed, group=8, keys=keys) == expected
+        assert batches(np.array(lengths), 16, 400, seed, group=8, keys=pa.array(keys)) == expected
+    assert batches(lengths, 16, 50, 2, group=8) == _reference_batches(lengths, 16, 50, 2, group=8)

@@ -122,7 +122,7 @@ def test_pair_texts_take_k_negatives_or_none_per_pair():
     texts = PairTexts(_table([["n0x", "n0yyy"], [], ["n2x", "n2y"]]))
     assert texts.k == 2
     assert texts.texts([2, 1, 0]) == ["a2", "a1", "a0", "b2", "b1", "b0", "n2x", "n2y", "n0x", "n0yyy"]
-    assert texts.lengths() == [2 + 2 + 3 + 5, 2 + 2, 2 + 2 + 3 + 3]
+    assert texts.lengths().tolist() == [2 + 2 + 3 + 5, 2 + 2, 2 + 2 + 3 + 3]
     assert texts.layout([2, 1, 0]) == BatchLayout(3, 2, holders=(0, 2))
     assert texts.layout([1]) == BatchLayout(1, 2, holders=()), "a batch where no pair has negatives"
     full = PairTexts(_table([["x"], ["y"]]))

@@ -172,10 +172,10 @@ def test_pair_texts_put_negatives_row_major_and_count_them_in_lengths():
     texts = PairTexts(_table([["n0x", "n0yyyyyy"], ["n1x", "n1y"], ["n2x", "n2y"]], text_source=["s0", "s1", "s2"]))
     assert texts.k == 2 and texts.source is None, "sources are read only for an objective that needs them"
     assert texts.texts([2, 0]) == ["a2", "a0", "b2", "b0", "n2x", "n2y", "n0x", "n0yyyyyy"]
-    assert texts.lengths() == [2 + 2 + 3 + 8, 2 + 2 + 3 + 3, 2 + 2 + 3 + 3]
+    assert texts.lengths().tolist() == [2 + 2 + 3 + 8, 2 + 2 + 3 + 3, 2 + 2 + 3 + 3]
     assert texts.layout([0, 1]) == BatchLayout(2, 2)
     sourced = PairTexts(_table([["x"], ["y"]], text_source=["s0", "s1"]), sources=True)
-    assert sourced.texts([1]) == ["a1", "b1", "y", "s1"] and sourced.lengths() == [2 + 2 + 1 + 2] * 2
+    assert sourced.texts([1]) == ["a1", "b1", "y", "s1"] and sourced.lengths().tolist() == [2 + 2 + 1 + 2] * 2
     assert PairTexts([("a", "b")]).layout([0]) is None, "the list form is the plain batch"
 
 

@@ -1,0 +1,84 @@
+"""The hashes that name pairs and snapshots: a pair's id, and a snapshot's content hash.
+
+Both are part of the lake's data (snapshot names come from the content hash), so their
+definitions never change; the vectorised paths here give exactly the bytes of the plain ones
+and fall back to them for any value they cannot be sure of.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+from viewmill.storage.ids import canonical_json, fingerprint
+from viewmill.storage.negatives import NEGATIVE_COLUMNS
+
+# What training reads of a pair (and its languages): the content hash covers exactly these.
+HASHED_COLUMNS = ("pair_id", "sentence_id", "text_a", "text_b", "lang_a", "lang_b")
+HASH_BATCH = 65536  # rows per hashed block: part of the hash's definition, never change it
+PAIR_ID_PARTS = ("sentence_id", "view_a_id", "view_b_id")
+# orjson writes strings, integers and nulls byte for byte as canonical_json does (tested);
+# floats it may spell differently (1e16 against 1e+16), so a block with one is hashed the plain way.
+_ORJSON_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer, pa.types.is_null)
+
+
+def pairs_content_hash(recipe: str, pairs: pa.Table, negatives: pa.Table | None = None) -> str:
+    """Hash of the recipe and every pair's ids, texts and languages, in pair_id order, then
+    (a snapshot with hard negatives) every negative row by pair and rank: two snapshots with
+    the same hash hand training the same bytes. Without negatives, the hash snapshots always had."""
+    digest = xxhash.xxh3_128(canonical_json(recipe).encode("utf-8"))
+    _hash_rows(digest, pairs.select(list(HASHED_COLUMNS)).sort_by("pair_id"))
+    if negatives is not None:
+        digest.update(b"negatives")
+        order = [("pair_id", "ascending"), ("rank", "ascending")]
+        _hash_rows(digest, negatives.select(list(NEGATIVE_COLUMNS)).sort_by(order))
+    return digest.hexdigest()
+
+
+def _hash_rows(digest: Any, ordered: pa.Table) -> None:
+    # One chunk first, so batch boundaries (and the hash) never depend on how the rows arrived.
+    for batch in ordered.combine_chunks().to_batches(max_chunksize=HASH_BATCH):
+        digest.update(block_json(batch))
+
+
+def block_json(batch: pa.RecordBatch) -> bytes:
+    """canonical_json of the batch's columns as lists, UTF-8 encoded (what the hash covers)."""
+    columns = [column.to_pylist() for column in batch.columns]
+    if all(any(kind(column.type) for kind in _ORJSON_TYPES) for column in batch.columns):
+        return orjson.dumps(columns)
+    return canonical_json(columns).encode("utf-8")
+
+
+def legacy_content_hash(recipe: str, pairs: pa.Table) -> str:
+    """The hash snapshots made before texts were hashed carry (ids only, in pairing order)."""
+    ordered = pairs.sort_by([("sentence_id", "ascending"), ("view_b_id", "ascending")])
+    return fingerprint(recipe, ordered["pair_id"].to_pylist())
+
+
+def pair_ids(pairs: pa.Table) -> pa.Array:
+    """Each pair's id: fingerprint(sentence_id, view_a_id, view_b_id). Ids are lowercase hex,
+    whose JSON needs no escaping, so the fingerprinted text is joined by Arrow; any other id
+    takes the plain path."""
+    parts = [pairs[name].combine_chunks() for name in PAIR_ID_PARTS]
+    if not all(_plain_hex(part) for part in parts):
+        columns = (part.to_pylist() for part in parts)
+        return pa.array([fingerprint(s, a, b) for s, a, b in zip(*columns, strict=True)], pa.string())
+    texts = pc.binary_join_element_wise(pa.scalar('["'), *_interleave(parts), pa.scalar('"]'), "")
+    digest = xxhash.xxh3_128_hexdigest
+    return pa.array([digest(text) for text in texts.cast(pa.binary()).to_pylist()], pa.string())
+
+
+def _interleave(parts: list[pa.Array]) -> list[Any]:
+    joined: list[Any] = [parts[0]]
+    for part in parts[1:]:
+        joined += [pa.scalar('","'), part]
+    return joined
+
+
+def _plain_hex(values: pa.Array) -> bool:
+    if values.null_count or not pa.types.is_string(values.type):
+        return False
+    return bool(pc.all(pc.match_substring_regex(values, "^[0-9a-f]*$")).as_py() is not False)
