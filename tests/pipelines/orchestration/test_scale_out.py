@@ -28,13 +28,13 @@ def sharded_recipe(tmp_path_factory) -> Path:
     recipe.write_text(
         f"""
 name: sharded
-corpus: {{format: senteval, files: [{SNLI / "s1.dev"}, {SNLI / "s2.dev"}], detokenize: true, limit: 240}}
+corpus: {{format: senteval, files: [{SNLI / "s1.dev"}, {SNLI / "s2.dev"}], detokenize: true, limit: 120}}
 augmenters:
   - {{name: bt_es, method: backtranslation, engine: apertium, path: [en, es, en]}}
   - {{name: bt_ca, method: backtranslation, engine: apertium, path: [en, ca, en]}}
 filters: {{min_chrf: 20}}
 pair: {{view_a: bt_es, view_b: bt_ca}}
-execution: {{shard_sentences: 60, chunk_sentences: 16, retries: 2, retry_delay_s: 0.5}}
+execution: {{shard_sentences: 30, chunk_sentences: 16, retries: 2, retry_delay_s: 0.5}}
 """,
         encoding="utf-8",
     )
@@ -78,7 +78,7 @@ def test_two_dask_workers_write_exactly_the_rows_of_a_single_process_run(
     assert lake_rows(tmp_path / "dask") == single_run["rows"]
     assert summary["snapshot"]["content_hash"] == single["snapshot"]["content_hash"]
     for name in ("bt_es", "bt_ca"):
-        assert summary["augment"][name]["new_views"] == single["augment"][name]["new_views"] == 240
+        assert summary["augment"][name]["new_views"] == single["augment"][name]["new_views"] == 120
 
 
 def test_shard_results_are_cached_across_runs_and_recomputed_for_a_new_lake(tmp_path, sharded_recipe, prefect_server):
@@ -106,7 +106,7 @@ def test_shard_results_are_cached_across_runs_and_recomputed_for_a_new_lake(tmp_
     second = augment_flow(str(sharded_recipe), str(state), return_state=True)
     assert shard_states(second.state_details.flow_run_id) == ["Cached"] * 8
     report = second.result()["augment"]["bt_es"]
-    assert (report["new_views"], report["reused_views"], report["cache"]) == (0, 240, {"hits": 0, "misses": 0})
+    assert (report["new_views"], report["reused_views"], report["cache"]) == (0, 120, {"hits": 0, "misses": 0})
 
     # A lake made anew at the same place is a different lake: its shards run again.
     import shutil
@@ -114,7 +114,7 @@ def test_shard_results_are_cached_across_runs_and_recomputed_for_a_new_lake(tmp_
     shutil.rmtree(state / "lake")
     third = augment_flow(str(sharded_recipe), str(state), return_state=True)
     assert shard_states(third.state_details.flow_run_id) == ["Completed"] * 8
-    assert third.result()["augment"]["bt_es"]["new_views"] == 240
+    assert third.result()["augment"]["bt_es"]["new_views"] == 120
 
 
 PAUSING_APERTIUM = """
@@ -140,7 +140,7 @@ if os.environ.get("VIEWMILL_TEST_APERTIUM_CALLS"):
 def paused_worker(calls: Path) -> int | None:
     """A worker process paused at its 2nd Apertium call: its first shard has committed the
     first leg of its first chunk (each call's translations are committed before the next
-    call) and has more to do (a shard of 60 sentences is 4 chunks of two legs)."""
+    call) and has more to do (a shard of 25 to 33 sentences is 2 chunks of two legs)."""
     for record in calls.iterdir():
         if record.read_text() == "2":  # empty while the worker writes it
             return int(record.name)
