@@ -21,7 +21,7 @@ from viewmill.storage.schema import PROVENANCE, QUALITY, VIEWS
 @dataclass(frozen=True)
 class Shard:
     """Shard `index` of `count`: the sentences whose id's first 32 bits fall in the `index`-th
-    of `count` equal ranges (`shard_of_sql`). Ids are content hashes, so shards are stable
+    of `count` equal ranges (`bounds`). Ids are content hashes, so shards are stable
     across runs and machines and about equal in size; and as a range, a shard's commits write
     files of a narrow id (and source-text hash) range, which later commits' duplicate checks
     and translation-cache lookups skip by their min/max (a modulo spread every file over the
@@ -33,6 +33,17 @@ class Shard:
     def __post_init__(self) -> None:
         if not 0 <= self.index < self.count:
             raise ValueError(f"shard index {self.index} is outside 0..{self.count - 1}")
+
+    def bounds(self) -> tuple[str | None, str | None]:
+        """The shard as a range of ids, [low, high) (None: open): the first 32 bits of a lake
+        id (16 lowercase hex digits) in [ceil(index * 2^32 / count), ceil((index + 1) * 2^32 /
+        count)). Compared as strings, so a scan prunes by its files' min/max and computes
+        nothing per row; the open ends give any other string one shard too."""
+
+        def edge(index: int) -> str:
+            return f"{-(-index * 2**32 // self.count):08x}"
+
+        return (edge(self.index) if self.index else None, edge(self.index + 1) if self.index < self.count - 1 else None)
 
     @classmethod
     def all_of(cls, sentences: int, per_shard: int) -> list[Shard]:
@@ -70,22 +81,19 @@ class AugmentReport:
         return asdict(self)
 
 
-def shard_of_sql(sentence_id: str, count: str) -> str:
-    """SQL for the shard of `sentence_id` among `count` (column names or parameters): which of
-    `count` equal ranges its first 32 bits fall in."""
-    return f"(('0x' || substr({sentence_id}, 1, 8))::UBIGINT * {count} // 4294967296)"
+def shard_sql(column: str, shard: Shard) -> tuple[str, list[str]]:
+    """SQL (and its parameters) that keeps the rows of `shard` by their id `column`."""
+    low, high = shard.bounds()
+    clauses = [f"{column} >= ?"] * (low is not None) + [f"{column} < ?"] * (high is not None)
+    return " AND ".join(clauses) or "true", [edge for edge in (low, high) if edge is not None]
 
 
 def corpus_sentences(lake: Lake, corpus: str, shard: Shard = Shard()) -> list[tuple[str, str, str]]:
     """(sentence_id, text, lang) of the corpus's sentences in `shard`, in id order."""
-    # The shard rule in SQL: a shard reads only its own rows.
+    in_shard, params = shard_sql("sentence_id", shard)  # a shard reads only its own rows
     table = lake.arrow(
-        f"""
-        SELECT sentence_id, text, lang FROM sentences
-        WHERE corpus = ? AND {shard_of_sql("sentence_id", "?")} = ?
-        ORDER BY sentence_id
-        """,
-        [corpus, shard.count, shard.index],
+        f"SELECT sentence_id, text, lang FROM sentences WHERE corpus = ? AND {in_shard} ORDER BY sentence_id",
+        [corpus, *params],
     )
     return list(
         zip(table["sentence_id"].to_pylist(), table["text"].to_pylist(), table["lang"].to_pylist(), strict=True)

@@ -19,7 +19,7 @@ from viewmill.storage.catalog import (
     s3_secret_sql,
     sql_literal,
 )
-from viewmill.storage.schema import JSON, PARTITIONS, TABLES
+from viewmill.storage.schema import JSON, PARTITIONS, SORTED, TABLES
 
 CATALOG_NAME = "lake"
 JSON_COLUMNS = [(name, field.name) for name, schema in TABLES.items() for field in schema if field.type == JSON]
@@ -122,8 +122,18 @@ def create_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.register("_empty", empty)
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty LIMIT 0")
         con.unregister("_empty")
-        if name in PARTITIONS:
-            con.execute(f"ALTER TABLE {name} SET PARTITIONED BY ({', '.join(PARTITIONS[name])})")
+        set_layout(con, name)
+
+
+def set_layout(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """A new (or re-created) table's partitions, sort order and row groups."""
+    if name in PARTITIONS:
+        con.execute(f"ALTER TABLE {name} SET PARTITIONED BY ({', '.join(PARTITIONS[name])})")
+    if name in SORTED:
+        column, rows = SORTED[name]
+        con.execute(f"ALTER TABLE {name} SET SORTED BY ({column} ASC)")
+        option = f"'parquet_row_group_size', {rows}, table_name => {sql_literal(name)}"
+        con.execute(f"CALL {CATALOG_NAME}.set_option({option})")
 
 
 def _add_missing_columns(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema) -> None:

@@ -15,7 +15,8 @@ from viewmill.storage.file_hashes import HashRecords, digest_of
 from viewmill.storage.integrity import VerifyReport, check_snapshots, damaged_files, table_of, verify_lake
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.lake_files import CatalogFile, catalog_files, relative_to_data
-from viewmill.storage.schema import PARTITIONS, TABLES
+from viewmill.storage.lake_setup import set_layout
+from viewmill.storage.schema import TABLES
 
 # Natural keys: rows of these tables found in orphaned files are taken back in, once.
 KEYS: dict[str, tuple[str, ...]] = {
@@ -66,8 +67,7 @@ def rebuild_table(lake: Lake, table: str, damaged: set[str]) -> int:
         lake.con.register("_empty", schema.empty_table())
         lake.con.execute(f"CREATE TABLE {table} AS SELECT * FROM _empty LIMIT 0")
         lake.con.unregister("_empty")
-        if table in PARTITIONS:
-            lake.con.execute(f"ALTER TABLE {table} SET PARTITIONED BY ({', '.join(PARTITIONS[table])})")
+        set_layout(lake.con, table)
         lake.append(table, rows.cast(schema))
     return rows.num_rows
 

@@ -32,7 +32,9 @@ class PairTexts:
             self.a = pa.array([a for a, _ in pairs], pa.string())
             self.b = pa.array([b for _, b in pairs], pa.string())
             return
-        self.a, self.b = pairs["text_a"].combine_chunks(), pairs["text_b"].combine_chunks()
+        # The table's own chunks: combining them would copy every text once more.
+        self.a: pa.Array | pa.ChunkedArray = pairs["text_a"]
+        self.b: pa.Array | pa.ChunkedArray = pairs["text_b"]
         if "negatives" in pairs.column_names and len(pairs):
             self.negatives, self.k = _negatives(pairs["negatives"])
             counts = pc.list_value_length(self.negatives).to_numpy(zero_copy_only=False)

@@ -24,7 +24,6 @@ from viewmill.augment.views import (
     ShardReport,
     config_hash,
     make_shard_views,
-    shard_of_sql,
     summarise,
 )
 from viewmill.pipelines.context import RunContext
@@ -192,6 +191,11 @@ def shard_jobs(ctx: RunContext, plan: AugmentPlan) -> list[ShardJob]:
     ]
 
 
+# A shard job as shards_missing_views joins it: its id range [low, high), high null for the last.
+SHARD_JOBS = pa.schema([("job", pa.int64()), ("corpus", pa.string()), ("config_hash", pa.string()),
+                        ("low", pa.string()), ("high", pa.string())])  # fmt: skip
+
+
 def shards_missing_views(lake_root: str, jobs: list[ShardJob], settings: Settings | None = None) -> list[bool]:
     """For each shard job, whether the lake lacks a view of its configuration for any of the
     shard's sentences. A cached shard result is only as good as the views it wrote: after
@@ -199,16 +203,17 @@ def shards_missing_views(lake_root: str, jobs: list[ShardJob], settings: Setting
     if not jobs:
         return []
     keys = pa.Table.from_pylist(
-        [{"job": i, "corpus": job.corpus, "config_hash": job.config_hash, "shard_index": job.shard.index,
-          "shard_count": job.shard.count} for i, job in enumerate(jobs)]
+        [{"job": i, "corpus": job.corpus, "config_hash": job.config_hash, "low": job.shard.bounds()[0] or "",
+          "high": job.shard.bounds()[1]} for i, job in enumerate(jobs)],
+        schema=SHARD_JOBS,
     )  # fmt: skip
     with open_lake(settings or Settings(), lake_root, read_only=True) as lake, lake.with_keys("_jobs", keys):
         rows = lake.con.execute(
-            f"""
+            """
             SELECT j.job, count(*) FILTER (WHERE v.view_id IS NULL) AS missing
             FROM _jobs j
             JOIN sentences s ON s.corpus = j.corpus
-                 AND {shard_of_sql("s.sentence_id", "j.shard_count")} = j.shard_index
+                 AND s.sentence_id >= j.low AND coalesce(s.sentence_id < j.high, true)
             LEFT JOIN (SELECT DISTINCT sentence_id, config_hash, view_id FROM views) v
                  ON v.sentence_id = s.sentence_id AND v.config_hash = j.config_hash
             GROUP BY j.job

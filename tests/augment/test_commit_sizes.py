@@ -171,3 +171,24 @@ def test_a_shards_files_cover_only_its_own_id_range_so_later_commits_skip_them(t
     assert len(shards) >= 3 and all(len(s) == 1 for s in shards), shards
     # A forward translation's cache rows are keyed by the source's text hash: the sentence id.
     assert all(sentence_id(t) == text_hash(t) for t in texts)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 173, 1000])
+def test_a_shards_id_range_holds_exactly_the_ids_of_the_numeric_rule_and_every_string_has_one_shard(count):
+    """Shard.bounds compares strings (pruned by min/max, nothing computed per row): for lake ids
+    it must give the shard floor(first 32 bits * count / 2^32), and any string exactly one shard."""
+    import random
+
+    rng = random.Random(count)
+    ids = [f"{rng.getrandbits(64):016x}" for _ in range(2000)]
+    for index in range(count):  # the ids either side of each edge
+        edge = -(-index * 2**32 // count)
+        ids += [f"{value:08x}{rng.getrandbits(32):08x}" for value in (edge - 1, edge) if 0 <= value < 2**32]
+    ids += ["", "0", "ffffffffffffffff", "g", "FFFF", "zzz"]
+    shards = [Shard(index, count).bounds() for index in range(count)]
+    for sentence in ids:
+        holding = [i for i, (low, high) in enumerate(shards)
+                   if (low is None or sentence >= low) and (high is None or sentence < high)]  # fmt: skip
+        assert len(holding) == 1, (sentence, holding)
+        if len(sentence) == 16 and all(c in "0123456789abcdef" for c in sentence):
+            assert holding[0] == int(sentence[:8], 16) * count // 2**32, sentence

@@ -198,3 +198,23 @@ def test_busy_seconds_count_reads_and_write_turns_once(tmp_path, monkeypatch):
             lake.scalar("SELECT count(*) FROM sentences")
             lake.append("evals", _eval_rows([("a", 1.0)]))
         assert lake.busy_seconds() == opened + 2.0
+
+
+def test_sentences_are_written_sorted_by_id_in_small_row_groups(tmp_path):
+    """A shard reads its id range through the row groups' min/max: the sentences table must be
+    written in id order, in row groups much smaller than a million-sentence corpus."""
+    from viewmill.storage.ids import text_hash
+    from viewmill.storage.schema import SENTENCES, SORTED
+
+    rows = [{"corpus": "c", "sentence_id": text_hash(str(i)), "text": f"t {i}", "lang": "en"} for i in range(30000)]
+    with Lake(tmp_path / "lake") as lake:
+        lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))  # ids in hash (random) order
+        (path,) = lake.arrow("SELECT data_file FROM ducklake_list_files('lake', 'sentences')")["data_file"].to_pylist()
+        groups = lake.con.execute(
+            "SELECT stats_min, stats_max, row_group_num_rows FROM parquet_metadata(?) "
+            "WHERE path_in_schema = 'sentence_id' ORDER BY row_group_id",
+            [path],
+        ).fetchall()
+    assert len(groups) >= 30000 // SORTED["sentences"][1]
+    assert all(rows_in <= SORTED["sentences"][1] for _, _, rows_in in groups)
+    assert all(earlier[1] < later[0] for earlier, later in zip(groups, groups[1:])), "row groups overlap"

@@ -43,3 +43,14 @@ def test_a_block_with_floats_is_canonical_json():
     values = [1e16, 0.1, 2.5e-8, 1e22]  # spellings where JSON writers differ
     batch = pa.record_batch({"text": ["a", "b", "c", "d"], "score": values})
     assert block_json(batch) == canonical_json([["a", "b", "c", "d"], values]).encode("utf-8")
+
+
+def test_a_block_of_strings_needing_no_escapes_is_canonical_json():
+    rng = random.Random(11)
+    plain = [c for c in TRICKY if c >= " " and c not in '"\\'] + list("abc xyz")
+    for _ in range(100):
+        columns = [["".join(rng.choice(plain) for _ in range(rng.randint(0, 9))) for _ in range(30)] for _ in range(3)]
+        batch = pa.record_batch({f"c{i}": column for i, column in enumerate(columns)})
+        assert block_json(batch) == canonical_json(columns).encode("utf-8")
+    empty = pa.record_batch({"text": pa.array([], pa.string())})
+    assert block_json(empty) == canonical_json([[]]).encode("utf-8")
