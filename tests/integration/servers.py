@@ -20,7 +20,7 @@ def wait_healthy(api: str, process: subprocess.Popen, timeout_s: float = 240) ->
         if local_server.healthy(api, timeout=2):
             return
         assert process.poll() is None, "the Prefect server exited"
-        time.sleep(1)
+        time.sleep(0.25)
     pytest.fail(f"the Prefect server did not start within {timeout_s:g} s")
 
 

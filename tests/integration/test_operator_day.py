@@ -83,7 +83,7 @@ def _wait_run(api: str, deployment_name: str, snapshot: str, timeout_s: float = 
     deadline = time.monotonic() + timeout_s
     while not (runs := [r for r in _flow_runs(api, deployment_name) if r.parameters.get("snapshot") == snapshot]):
         assert time.monotonic() < deadline, f"no flow run of {deployment_name} within {timeout_s:g} s"
-        time.sleep(2)
+        time.sleep(0.5)
     (run,) = runs
     return run
 
@@ -178,7 +178,7 @@ def _wait_deployment(api: str, name: str, serving: subprocess.Popen, timeout_s: 
         except ObjectNotFound:
             assert serving.poll() is None, serving.communicate()[0][-3000:]
             assert time.monotonic() < deadline, f"viewmill serve did not register {name} within {timeout_s:g} s"
-            time.sleep(2)
+            time.sleep(0.5)
 
 
 def test_stopping_serve_after_deploy_leaves_the_deployed_schedule_active(tmp_path, tiny_recipe, server):

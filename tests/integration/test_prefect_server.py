@@ -55,7 +55,7 @@ def prefect_on_postgres(tmp_path, postgres_dsn):
                     break
             except httpx.HTTPError:
                 pass
-            time.sleep(1)
+            time.sleep(0.25)
         else:
             pytest.fail("the Prefect server did not start within 180 s")
         yield api, {**env, "PREFECT_API_URL": api}
