@@ -135,12 +135,29 @@ class ViewsReport:
     encoder: str | None = None
 
 
-def _kept_views(lake: Lake, snapshot: str | None):
+_KEPT_ORDER = "ORDER BY augmenter, config, hash(sentence_id), sentence_id"  # stable, spread over the corpus
+
+
+def _kept_values(lake: Lake, snapshot: str | None):
+    """Each kept view's chrF and length ratio by augmenter (no texts: a million views' are GBs)."""
     sql = _with_scope(
-        "\nSELECT augmenter, left(config_hash, 8) AS config, method, sentence_id, source, text, "
-        "quality.chrf_to_source AS chrf, quality.length_ratio AS length_ratio, "
-        "quality.cosine_to_source AS stored_cosine FROM scoped WHERE status = 'kept' "
-        "ORDER BY augmenter, config, hash(sentence_id), sentence_id",
+        "\nSELECT augmenter, left(config_hash, 8) AS config, method, quality.chrf_to_source AS chrf, "
+        f"quality.length_ratio AS length_ratio FROM scoped WHERE status = 'kept' {_KEPT_ORDER}",
+        snapshot,
+    )
+    return lake.polars(sql)
+
+
+def _kept_texts(lake: Lake, snapshot: str | None, first: int | None = None, configs: Sequence[str] = ()):
+    """Kept views with their source texts: the `first` of each augmenter (the cosine sample),
+    or every one of `configs`' (self-BLEU compares the views of one sentence)."""
+    order = "ORDER BY hash(sentence_id), sentence_id"
+    limit = f" QUALIFY row_number() OVER (PARTITION BY augmenter, config_hash {order}) <= {first}"
+    chosen = " AND left(config_hash, 8) IN (" + ", ".join(_literal(c) for c in configs) + ")" if configs else ""
+    sql = _with_scope(
+        "\nSELECT augmenter, left(config_hash, 8) AS config, sentence_id, source, text, "
+        "quality.cosine_to_source AS stored_cosine FROM scoped WHERE status = 'kept'"
+        f"{chosen}{limit if first is not None else ''} {_KEPT_ORDER}",
         snapshot,
     )
     return lake.polars(sql)
@@ -219,23 +236,38 @@ def build_report(
         reports[key].examples = sample
     _add_cosine_filter(lake, snapshot, reports)
 
-    groups = list(_kept_views(lake, snapshot).group_by(["augmenter", "config"], maintain_order=True))
-    by_sentence: dict[str, dict[Key, str]] = {}
-    for (augmenter, config), group in groups:
-        report = reports[(augmenter, config)]
-        report.chrf = group["chrf"].drop_nulls().to_list()
-        report.length_ratio = group["length_ratio"].drop_nulls().to_list()
-        if not augmenter_class(group["method"][0]).is_source_copy:  # chrF already says how close
-            for sid, text in zip(group["sentence_id"], group["text"], strict=True):
-                by_sentence.setdefault(sid, {})[(augmenter, config)] = text
+    by_sentence = _add_kept_values(lake, snapshot, reports)
     if encode is not None:
-        _add_cosines(reports, groups, encode, encoder_name, cosine_sample, progress)
+        heads = _kept_texts(lake, snapshot, first=cosine_sample).group_by(["augmenter", "config"], maintain_order=True)
+        _add_cosines(reports, list(heads), encode, encoder_name, cosine_sample, progress)
     with progress("views report: self-BLEU (sentences)", None) as advance:
         scored = self_bleu(by_sentence, on_progress=advance)
     for key, scores in scored.items():
         report = reports[key]
         report.self_bleu, report.self_bleu_n = round(float(np.mean(scores)), 2), len(scores)
     return ViewsReport(snapshot, list(reports.values()), encoder_name if encode is not None else None)
+
+
+def _add_kept_values(
+    lake: Lake, snapshot: str | None, reports: dict[Key, AugmenterReport]
+) -> dict[str, dict[Key, str]]:
+    """Each report's chrF and length ratios; returned, the texts self-BLEU compares by sentence
+    (none unless two augmenters that are not copies of the source made views)."""
+    compared: set[Key] = set()  # chrF already says how close a copy of the source is
+    for key, group in _kept_values(lake, snapshot).group_by(["augmenter", "config"], maintain_order=True):
+        report = reports[key]
+        report.chrf = group["chrf"].drop_nulls().to_list()
+        report.length_ratio = group["length_ratio"].drop_nulls().to_list()
+        if not augmenter_class(group["method"][0]).is_source_copy:
+            compared.add(key)
+    by_sentence: dict[str, dict[Key, str]] = {}
+    if len(compared) < 2:  # no sentence has two views to compare
+        return by_sentence
+    texts = _kept_texts(lake, snapshot, configs=sorted(config for _, config in compared))
+    for augmenter, config, sentence, text in texts.select(["augmenter", "config", "sentence_id", "text"]).iter_rows():
+        if (augmenter, config) in compared:
+            by_sentence.setdefault(sentence, {})[(augmenter, config)] = text
+    return by_sentence
 
 
 def _add_cosine_filter(lake: Lake, snapshot: str | None, reports: dict[Key, AugmenterReport]) -> None:
