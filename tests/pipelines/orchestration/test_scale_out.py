@@ -148,10 +148,11 @@ def paused_worker(calls: Path) -> int | None:
 
 
 def views_by_shard(views: list[dict]) -> dict[tuple[str, int], list[dict]]:
-    """Views by augmenter and shard (the shard rule of `corpus_sentences`: 4 shards here)."""
+    """Views by augmenter and shard (the rule of `Shard.bounds`: 4 equal ranges of an id's
+    first 32 bits here)."""
     grouped: dict[tuple[str, int], list[dict]] = {}
     for view in views:
-        grouped.setdefault((view["augmenter"], int(view["sentence_id"][:8], 16) % 4), []).append(view)
+        grouped.setdefault((view["augmenter"], int(view["sentence_id"][:8], 16) * 4 >> 32), []).append(view)
     return grouped
 
 
