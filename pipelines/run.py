@@ -25,6 +25,8 @@ from viewmill.storage.snapshots import Snapshot
 from viewmill.train.encoder import resolve_encoder
 from viewmill.train.export import model_id_of
 
+from viewmill.memory import release_freed_memory
+
 __all__ = ["RunContext", "RunSummary", "new_run_id", "run_recipe"]
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,7 @@ class StageTimer:
     def __call__(self, name: str, stage: Stage, *args: Any, direct: bool = False) -> Any:
         t0 = time.perf_counter()
         result = stage(*args) if direct else self.call(stage, *args)
+        release_freed_memory()  # what this stage freed is not held under the next one
         self.timings[name] = round(self.timings.get(name, 0.0) + time.perf_counter() - t0, 2)
         return result
 

@@ -123,16 +123,22 @@ def create_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM _empty LIMIT 0")
         con.unregister("_empty")
         set_layout(con, name)
+        set_row_groups(con, name)
 
 
 def set_layout(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """A new (or re-created) table's partitions, sort order and row groups."""
+    """A new (or re-created) table's partitions and sort order (row groups: `set_row_groups`,
+    which a table created in the same transaction cannot take yet)."""
     if name in PARTITIONS:
         con.execute(f"ALTER TABLE {name} SET PARTITIONED BY ({', '.join(PARTITIONS[name])})")
     if name in SORTED:
-        column, rows = SORTED[name]
-        con.execute(f"ALTER TABLE {name} SET SORTED BY ({column} ASC)")
-        option = f"'parquet_row_group_size', {rows}, table_name => {sql_literal(name)}"
+        con.execute(f"ALTER TABLE {name} SET SORTED BY ({SORTED[name][0]} ASC)")
+
+
+def set_row_groups(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """A sorted table's row-group size, once the table is committed."""
+    if name in SORTED:
+        option = f"'parquet_row_group_size', {SORTED[name][1]}, table_name => {sql_literal(name)}"
         con.execute(f"CALL {CATALOG_NAME}.set_option({option})")
 
 

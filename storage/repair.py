@@ -15,7 +15,7 @@ from viewmill.storage.file_hashes import HashRecords, digest_of
 from viewmill.storage.integrity import VerifyReport, check_snapshots, damaged_files, table_of, verify_lake
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.lake_files import CatalogFile, catalog_files, relative_to_data
-from viewmill.storage.lake_setup import set_layout
+from viewmill.storage.lake_setup import set_layout, set_row_groups
 from viewmill.storage.schema import TABLES
 
 # Natural keys: rows of these tables found in orphaned files are taken back in, once.
@@ -69,6 +69,7 @@ def rebuild_table(lake: Lake, table: str, damaged: set[str]) -> int:
         lake.con.unregister("_empty")
         set_layout(lake.con, table)
         lake.append(table, rows.cast(schema))
+    set_row_groups(lake.con, table)  # refused for a table the transaction created: set once committed
     return rows.num_rows
 
 

@@ -28,6 +28,8 @@ from viewmill.train.objectives import OBJECTIVES
 from viewmill.train.optimisation import make_optimizer, train_step
 from viewmill.train.selection import DevScore, evaluates_at, patience_spent, record_dev, score_dev, select_weights
 
+from viewmill.memory import release_freed_memory
+
 
 @dataclass
 class TrainReport:
@@ -135,6 +137,7 @@ def _fit(
     if run.main and config.eval_every and not run.state.evals:  # the start's dev scores
         record_dev(config, run.state, 0, score_dev(dev, run.exported, run.objective), run.exported, run.checkpoints)
     plan = batches(source.lengths(), config.batch_size, config.steps, config.seed, keys=keys)
+    release_freed_memory()  # planning's key table and the model load's buffers, before the steps
     _steps(run, source, plan, dev, on_step, on_trained)
     state = run.state
     if not run.main:  # rank 0 exports

@@ -40,6 +40,8 @@ from viewmill.train.loop import TrainReport, train_model, training_code_fingerpr
 from viewmill.train.objectives import OBJECTIVES
 from viewmill.train.selection import DevScore
 
+from viewmill.memory import release_freed_memory
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -101,6 +103,7 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
         table = read_pairs(lake, snapshot, purpose=purpose)  # with its hard negatives, where it has them
         if OBJECTIVES.get(spec.objective).needs_source:
             table = with_sources(lake, table, purpose)
+    release_freed_memory()  # the read's sort buffers, before the model loads
     card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id,
             "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
             "corpus_datasets": corpus_datasets(ctx.recipe.corpus.format, ctx.recipe.corpus.files),

@@ -1,3 +1,4 @@
+import itertools
 import os
 import time
 
@@ -204,17 +205,27 @@ def test_sentences_are_written_sorted_by_id_in_small_row_groups(tmp_path):
     """A shard reads its id range through the row groups' min/max: the sentences table must be
     written in id order, in row groups much smaller than a million-sentence corpus."""
     from viewmill.storage.ids import text_hash
-    from viewmill.storage.schema import SENTENCES, SORTED
+    from viewmill.storage.repair import rebuild_table
+    from viewmill.storage.schema import SENTENCES
 
-    rows = [{"corpus": "c", "sentence_id": text_hash(str(i)), "text": f"t {i}", "lang": "en"} for i in range(30000)]
+    rows = [{"corpus": "c", "sentence_id": text_hash(str(i)), "text": f"t {i}", "lang": "en"} for i in range(60000)]
     with Lake(tmp_path / "lake") as lake:
-        lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))  # ids in hash (random) order
-        (path,) = lake.arrow("SELECT data_file FROM ducklake_list_files('lake', 'sentences')")["data_file"].to_pylist()
-        groups = lake.con.execute(
-            "SELECT stats_min, stats_max, row_group_num_rows FROM parquet_metadata(?) "
-            "WHERE path_in_schema = 'sentence_id' ORDER BY row_group_id",
-            [path],
-        ).fetchall()
-    assert len(groups) >= 30000 // SORTED["sentences"][1]
+        lake.append("sentences", pa.Table.from_pylist(rows[:30000], schema=SENTENCES))  # ids in hash (random) order
+        _assert_sorted_in_small_groups(lake, 30000)
+        rebuild_table(lake, "sentences", set())  # what repair does to a damaged table: the layout stays
+        lake.append("sentences", pa.Table.from_pylist(rows[30000:], schema=SENTENCES))
+        _assert_sorted_in_small_groups(lake, 30000)
+
+
+def _assert_sorted_in_small_groups(lake: Lake, rows: int) -> None:
+    from viewmill.storage.schema import SORTED
+
+    newest = "SELECT data_file FROM ducklake_list_files('lake', 'sentences') ORDER BY data_file DESC LIMIT 1"
+    groups = lake.con.execute(
+        "SELECT stats_min, stats_max, row_group_num_rows FROM parquet_metadata(?) "
+        "WHERE path_in_schema = 'sentence_id' ORDER BY row_group_id",
+        [lake.scalar(newest)],
+    ).fetchall()
+    assert len(groups) >= rows // SORTED["sentences"][1]
     assert all(rows_in <= SORTED["sentences"][1] for _, _, rows_in in groups)
-    assert all(earlier[1] < later[0] for earlier, later in zip(groups, groups[1:])), "row groups overlap"
+    assert all(earlier[1] < later[0] for earlier, later in itertools.pairwise(groups)), "groups overlap"
