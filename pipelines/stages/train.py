@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from viewmill.pipelines.context import RunContext
@@ -20,6 +21,7 @@ from viewmill.pipelines.recipe import DevTask, TrainSpec
 from viewmill.pipelines.stages.evaluate import task_data_hash
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.crash_points import crash_point
+from viewmill.storage.hex_ids import ids_of
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import MODELS
@@ -108,7 +110,8 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
             "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
             "corpus_datasets": corpus_datasets(ctx.recipe.corpus.format, ctx.recipe.corpus.files),
             "dev_task": ", ".join(task.name for task in spec.dev_tasks) or None}  # fmt: skip
-    keys = table["sentence_id"]  # Arrow: a 1M-pair snapshot is never a million Python strings
+    keys = sentence_keys(table["sentence_id"])
+    table = table.drop_columns([name for name in ("pair_id", "sentence_id") if name in table.column_names])
     stamp = lambda _step, _loss: stamps.append(time.perf_counter())  # noqa: E731
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps, unit="steps") as progress:
         report = train_model(table, base, spec, staged, card=card, keys=keys, dev=_dev_scorer(spec.dev_tasks, progress),
@@ -116,6 +119,15 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
                              on_step=stamp)  # fmt: skip
     report.first_step_s, report.median_step_s = step_times(stamps)
     return report
+
+
+def sentence_keys(ids: pa.ChunkedArray) -> np.ndarray | pa.ChunkedArray:
+    """The pairs' sentence ids as 64-bit values (a million pairs never make a million Python
+    strings, nor a hash table of them); ids that are not the lake's 16 hex digits stay as they are."""
+    try:
+        return ids_of(ids.combine_chunks())
+    except ValueError:
+        return ids
 
 
 def step_times(stamps: list[float]) -> tuple[float | None, float | None]:
