@@ -48,9 +48,10 @@ from viewmill.settings import Settings
 
 DEFAULT_SAMPLE = 300
 NO_GPU = "unmeasured (no GPU here)"
-# Pairing is one SQL statement: its per-pair cost is too small to time on a sample, so it is
-# taken at issue 32's goal for a 1M-pair snapshot and said so.
-PAIR_ROWS_PER_S = 1_000_000
+# Pairing's per-pair cost (the join, pair ids, the content hash, the write) is too small to time
+# on a few hundred pairs: taken at what a 863k-pair snapshot measured on 2 AVX2 cores
+# (BENCHMARKS.md, 117k pairs/s), and said so.
+PAIR_ROWS_PER_S = 120_000
 # Sources larger than this are not counted but estimated (`size_corpus`); they read at ingest's
 # speed otherwise (BENCHMARKS.md: 330k-602k sentences/s of text).
 ESTIMATE_BYTES = 4 * 2**30
