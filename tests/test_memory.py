@@ -4,6 +4,7 @@ import ctypes
 import sys
 
 import pytest
+
 from viewmill.memory import _malloc_trim, release_freed_memory
 
 
