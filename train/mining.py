@@ -17,10 +17,9 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
-import torch
 from pydantic import Field, PrivateAttr, model_validator
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
@@ -28,6 +27,9 @@ from viewmill.storage.negatives import MINED_SOURCE, ROWS, NegativesSpec, candid
 from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 
 from viewmill.specs import Seed
+
+if TYPE_CHECKING:  # torch loads where mining runs, not where a recipe is read (2 s)
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +158,8 @@ class Texts:
         return [self.position[t] for t in self.positives]
 
     def exclusion(self, candidate_sentences: list[str], anchor_sentences: list[str]) -> Exclusion:
+        import torch
+
         codes = {sid: i for i, sid in enumerate(dict.fromkeys([*candidate_sentences, *anchor_sentences]))}
         n = len(self.candidates)
         as_candidate = [[i if i < n else -1 for i in rows] for rows in (self.anchor_rows, self.positive_rows)]
@@ -188,12 +192,14 @@ class Exclusion:
 
     def most_per_anchor(self) -> int:
         """The most candidates any anchor excludes: how many more results an index must return."""
+        import torch
+
         size = int(max(self.anchor_group.max(), self.candidate_group.max())) + 1
         per_group = torch.bincount(self.candidate_group, minlength=size)
         return int(per_group[self.anchor_group].max()) + 2
 
 
-TopK = Callable[[torch.Tensor, torch.Tensor, int, Exclusion, int], tuple[torch.Tensor, torch.Tensor]]
+TopK = Callable[["torch.Tensor", "torch.Tensor", int, "Exclusion", int], tuple["torch.Tensor", "torch.Tensor"]]
 
 
 def exact_top_k(
@@ -203,6 +209,8 @@ def exact_top_k(
     first, and their indices (-inf and -1 past the allowed ones). Blocks of chunk_size anchors
     x chunk_size candidates, merged into a running top-k: at most chunk_size x (chunk_size + k)
     scores exist at once, however large the corpus."""
+    import torch
+
     n_anchors, n_candidates = anchors.shape[0], candidates.shape[0]
     scores = torch.full((n_anchors, k), NO_SCORE)
     index = torch.full((n_anchors, k), -1, dtype=torch.long)
@@ -229,6 +237,7 @@ def faiss_top_k(
     too large to score every anchor against every candidate. It fetches as many extra results
     as an anchor can have excluded candidates, then drops those."""
     import faiss
+    import torch
 
     index = faiss.IndexHNSWFlat(candidates.shape[1], HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
     index.add(candidates.numpy())

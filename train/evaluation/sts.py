@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
-from scipy.stats import spearmanr
 from viewmill.storage.datasets.fetching import missing_hint
 
 from viewmill.registry import Registry, RegistryError
@@ -346,6 +345,8 @@ def _cached_evaluator() -> type:
 
 
 def spearman_x100(embed: Callable[[list[str]], np.ndarray], data: StsData) -> float:
+    from scipy.stats import spearmanr  # a second to import: loading a recipe must not pay it
+
     a, b = embed(data.s1), embed(data.s2)
     cosine = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     return float(spearmanr(cosine, data.gold).statistic * 100)
