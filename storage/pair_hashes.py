@@ -66,19 +66,13 @@ def pair_ids(pairs: pa.Table) -> pa.Array:
     if not all(_plain_hex(part) for part in parts):
         columns = (part.to_pylist() for part in parts)
         return pa.array([fingerprint(s, a, b) for s, a, b in zip(*columns, strict=True)], pa.string())
-    texts = pc.binary_join_element_wise(pa.scalar('["'), *_interleave(parts), pa.scalar('"]'), "")
+    sentence, view_a, view_b = parts
+    texts = pc.binary_join_element_wise('["', sentence, '","', view_a, '","', view_b, '"]', "")
     digest = xxhash.xxh3_128_hexdigest
     return pa.array([digest(text) for text in texts.cast(pa.binary()).to_pylist()], pa.string())
-
-
-def _interleave(parts: list[pa.Array]) -> list[Any]:
-    joined: list[Any] = [parts[0]]
-    for part in parts[1:]:
-        joined += [pa.scalar('","'), part]
-    return joined
 
 
 def _plain_hex(values: pa.Array) -> bool:
     if values.null_count or not pa.types.is_string(values.type):
         return False
-    return bool(pc.all(pc.match_substring_regex(values, "^[0-9a-f]*$")).as_py() is not False)
+    return bool(pc.all(pc.match_substring_regex(values, "^[0-9a-f]*$")).as_py())

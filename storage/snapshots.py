@@ -260,9 +260,10 @@ def export_snapshot(lake: Lake, snapshot: str, path: Path, fmt: str | None = Non
     if layout not in LAYOUTS:
         raise LakeError(f"unknown export layout '{layout}': use {' or '.join(LAYOUTS)}")
     record = _require_snapshot(lake, snapshot)
-    if layout != "viewmill" and _per_anchor(record) and _holding(record) != record["n_pairs"]:
+    holding = _holding(record) if _per_anchor(record) else 0
+    if layout != "viewmill" and holding and holding != record["n_pairs"]:
         raise LakeError(
-            f"pairs snapshot '{snapshot}' gives negatives to {_holding(record)} of its {record['n_pairs']} pairs: "
+            f"pairs snapshot '{snapshot}' gives negatives to {holding} of its {record['n_pairs']} pairs: "
             "the sentence-transformers layout needs them on every pair; export --layout viewmill"
         )
     query = _export_query(snapshot, _per_anchor(record), layout)

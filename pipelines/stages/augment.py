@@ -202,9 +202,10 @@ def shards_missing_views(lake_root: str, jobs: list[ShardJob], settings: Setting
     rows were deleted or an older catalog was restored, the shard must run again."""
     if not jobs:
         return []
+    ranges = [job.shard.bounds() for job in jobs]
     keys = pa.Table.from_pylist(
-        [{"job": i, "corpus": job.corpus, "config_hash": job.config_hash, "low": job.shard.bounds()[0] or "",
-          "high": job.shard.bounds()[1]} for i, job in enumerate(jobs)],
+        [{"job": i, "corpus": job.corpus, "config_hash": job.config_hash, "low": low or "", "high": high}
+         for i, (job, (low, high)) in enumerate(zip(jobs, ranges, strict=True))],
         schema=SHARD_JOBS,
     )  # fmt: skip
     with open_lake(settings or Settings(), lake_root, read_only=True) as lake, lake.with_keys("_jobs", keys):
