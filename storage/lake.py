@@ -29,10 +29,11 @@ from viewmill.storage.catalog import (
     s3_secret_sql,
     sql_literal,
 )
+from viewmill.storage.duckdb_instances import Instance, lend
 from viewmill.storage.file_hashes import HashRecords, content_problems, read_records, refusal
 from viewmill.storage.lake_files import CatalogFile, catalog_files, merge_candidates
 from viewmill.storage.lake_key import reader_key, settled_key, writer_key
-from viewmill.storage.lake_setup import CATALOG_NAME, attach_catalog, create_tables, tables_current
+from viewmill.storage.lake_setup import CATALOG_NAME, attach_catalog, create_tables, lake_extensions, tables_current
 from viewmill.storage.lake_writes import WriterTurns, conformed, insert_rows, raise_if_disk_full
 from viewmill.storage.schema import TABLES
 from viewmill.storage.writer_lock import WriterLock
@@ -78,10 +79,10 @@ class Lake:
         self._lock = WriterLock(self.catalog, self.root)
         self._key: bytes | None = None
         self._read_s = 0.0  # in reads outside write turns: `busy_seconds`
-        # Rows carry their own keys and every read that needs an order says ORDER BY, so
-        # DuckDB need not buffer large inserts to keep their order (less memory).
-        self.con = duckdb.connect(config={"threads": max(1, os.cpu_count() or 1), "preserve_insertion_order": False})
+        self._instance: Instance | None = None
         try:
+            self._instance = lend(lake_extensions(self.catalog, self.data_path))
+            self.con = self._instance.con
             self._open(explicit_data=bool(explicit_data))
         except BaseException as exc:
             self.close()
@@ -112,7 +113,9 @@ class Lake:
 
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:
-        self.con.close()
+        instance, self._instance = self._instance, None
+        if instance is not None:
+            instance.give_back()
         self._lock.close()
 
     def __enter__(self) -> Lake:

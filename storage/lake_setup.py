@@ -13,7 +13,6 @@ from viewmill.storage.catalog import (
     DATA_PATH_ENV,
     Catalog,
     LakeError,
-    extension_path,
     recorded_data_path,
     redact,
     s3_secret_sql,
@@ -34,9 +33,9 @@ def attach_catalog(
     read_only: bool,
     explicit_data: bool,
 ) -> str:
-    """Attach the lake as `CATALOG_NAME` and use it; returns the data path in use (the catalog's
-    recorded one where the lake keeps its data elsewhere)."""
-    _load_extensions(con, catalog, data_path)
+    """Attach the lake as `CATALOG_NAME` and use it, on a connection with `lake_extensions` loaded;
+    returns the data path in use (the catalog's recorded one where the lake keeps its data elsewhere)."""
+    _create_secrets(con, catalog, data_path)
     # Small commits still become Parquet files, so the data stays plain Parquet.
     options = ["READ_ONLY"] if read_only else ["DATA_INLINING_ROW_LIMIT 0"]
     if catalog.kind == "sqlite":
@@ -56,12 +55,14 @@ def attach_catalog(
     return data_path
 
 
-def _load_extensions(con: duckdb.DuckDBPyConnection, catalog: Catalog, data_path: str) -> None:
-    for name in ("ducklake", catalog.extension):
-        if name:
-            con.execute(f"LOAD {sql_literal(str(extension_path(name)))}")
+def lake_extensions(catalog: Catalog, data_path: str) -> tuple[str, ...]:
+    """The DuckDB extensions a lake needs loaded: DuckLake, its catalog's, httpfs for s3:// data."""
+    s3 = ("httpfs",) if data_path.startswith("s3://") else ()
+    return ("ducklake", *((catalog.extension,) if catalog.extension else ()), *s3)
+
+
+def _create_secrets(con: duckdb.DuckDBPyConnection, catalog: Catalog, data_path: str) -> None:
     if data_path.startswith("s3://"):
-        con.execute(f"LOAD {sql_literal(str(extension_path('httpfs')))}")
         con.execute(s3_secret_sql())
     if catalog.password is not None:  # libpq gets it from a (temporary, redacted) DuckDB secret
         secret = sql_literal(catalog.password.get_secret_value())
