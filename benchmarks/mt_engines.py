@@ -12,11 +12,13 @@ int8_float16 on 1,024 sentences, then sentences/s per batch size for the fastest
 
 With `--ragged`: the demo corpus's real sentences (their own length distribution, output
 lengths not pinned: each decodes until EOS or its max_length_ratio), through viewmill's
-own engines (`HFEngine` float32, `CT2Engine` int8: length-sorted batches packed to a
-token budget, outputs in input order), greedy and beam 4, `--runs` times each, reporting
-min/median/max seconds and the ct2/hf speed-up per run.
+own engines (`HFEngine` float32, `CT2Engine` int8 on CPU and float16 on GPU: length-sorted
+batches packed to a token budget, or of `--batch-sentences` sentences each, outputs in input
+order), greedy and beam 4, `--runs` times each, reporting min/median/max seconds and the
+ct2/hf speed-up per run. `--dims wmt19` builds the random model at WMT'19 en-de's size.
 
     .venv/bin/python benchmarks/mt_engines.py --ragged [--sentences 1000] [--runs 3]
+    python benchmarks/mt_engines.py --ragged --device cuda --batch-sentences 64 --dims wmt19
 
 With `--bergamot`: en>pt>en round trips of the demo's first sentences (default 400) through
 the bergamot engine on 1 and 2 threads, `--runs` times: wall and CPU seconds, round trips
@@ -40,9 +42,12 @@ from viewmill.augment.ctranslate2_engine import convert_to_ct2
 from viewmill.augment.neural import model_revision
 
 OPUS_MT_EN_DE = {"d_model": 512, "layers": 6, "heads": 8, "ffn": 2048, "vocab": 58101}
+# fairseq's WMT'19 en-de (transformer big, as facebook/wmt19-en-de converts): the mission's model.
+WMT19_EN_DE = {"d_model": 1024, "layers": 6, "heads": 16, "ffn": 8192, "vocab": 42024}
+DIMS = {"opus-mt": OPUS_MT_EN_DE, "wmt19": WMT19_EN_DE}
 
 
-def build_marian(out: Path, corpus: list[str]) -> Path:
+def build_marian(out: Path, corpus: list[str], dims: dict[str, int] = OPUS_MT_EN_DE) -> Path:
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
@@ -59,12 +64,12 @@ def build_marian(out: Path, corpus: list[str]) -> Path:
     vocab = {"</s>": 0, "<unk>": 1}
     for i in range(processor.get_piece_size()):
         vocab.setdefault(processor.id_to_piece(i), len(vocab))
-    while len(vocab) < OPUS_MT_EN_DE["vocab"] - 1:  # opus-mt-en-de's vocabulary size
+    while len(vocab) < dims["vocab"] - 1:  # the modelled system's vocabulary size
         vocab[f"<extra_{len(vocab)}>"] = len(vocab)
     vocab["<pad>"] = len(vocab)
     (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
     tokenizer = MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"))
-    d = OPUS_MT_EN_DE
+    d = dims
     config = MarianConfig(
         vocab_size=len(vocab), d_model=d["d_model"], encoder_layers=d["layers"], decoder_layers=d["layers"],
         encoder_attention_heads=d["heads"], decoder_attention_heads=d["heads"], encoder_ffn_dim=d["ffn"],
@@ -117,7 +122,8 @@ def _timed(run, device: str) -> float:
 
 
 def ragged(args, model_dir: Path) -> None:
-    """hf float32 against ctranslate2 int8 through viewmill's engines, on unpinned lengths."""
+    """hf float32 against ctranslate2 (int8 on CPU, float16 on GPU) through viewmill's engines,
+    on unpinned lengths."""
     import statistics
 
     import torch
@@ -126,35 +132,68 @@ def ragged(args, model_dir: Path) -> None:
     from viewmill.augment.neural import HFEngine, length_batches
 
     texts = demo_sentences(args.sentences or 1000)
-    hf = HFEngine(str(model_dir), "en", "de", compute_type="float32", max_batch_tokens=args.budget)
-    ct2 = CT2Engine(str(model_dir), "en", "de", compute_type="int8", max_batch_tokens=args.budget)
+    device, ct2_type = args.device, ("int8" if args.device == "cpu" else "float16")
+    # --batch-sentences N: length-sorted chunks of N sentences, each one engine call and one
+    # batch (the token budget lifted); otherwise the engines' own token-budget packing.
+    budget = 10**9 if args.batch_sentences else args.budget
+    hf = HFEngine(str(model_dir), "en", "de", device=device, compute_type="float32", max_batch_tokens=budget)
+    ct2 = CT2Engine(str(model_dir), "en", "de", device=device, compute_type=ct2_type, max_batch_tokens=budget)
     lengths = [len(hf.tokenizer(t)["input_ids"]) for t in texts]
-    from viewmill.cpu import apply_ct2_isa, flags_label
-
-    isa = apply_ct2_isa()
-    print(f"CPU flags: {flags_label()}; CTranslate2 ISA: {isa.isa or 'its default'} ({isa.reason})")
-    print(f"CPU, {torch.get_num_threads()} threads; {len(texts)} demo sentences, source tokens "
-          f"min {min(lengths)} median {statistics.median(lengths)} max {max(lengths)}")  # fmt: skip
+    _describe(device, texts, lengths)
     ct2.translate(texts[:8], "en", "de", DecodingSpec())  # conversion and loading, untimed
+    hf.translate(texts[:8], "en", "de", DecodingSpec())
+    labels = ("hf float32", f"ctranslate2 {ct2_type}")
     for beam in (int(b) for b in args.beams.split(",")):
-        batches = length_batches(lengths, args.budget, beam)
-        print(f"beam {beam}: {len(batches)} length-sorted batches of <= {args.budget} source tokens x beam")
+        if args.batch_sentences:
+            order = sorted(range(len(texts)), key=lambda i: lengths[i])
+            chunks = [
+                [texts[i] for i in order[j : j + args.batch_sentences]]
+                for j in range(0, len(order), args.batch_sentences)
+            ]
+            print(f"beam {beam}: {len(chunks)} length-sorted batches of {args.batch_sentences} sentences")
+        else:
+            chunks = [texts]
+            print(f"beam {beam}: {len(length_batches(lengths, budget, beam))} length-sorted batches of <= {budget} "
+                  "source tokens x beam")  # fmt: skip
         decoding = DecodingSpec(beam_size=beam, max_length_ratio=args.max_length_ratio)
-        runs: dict[str, list[float]] = {"hf float32": [], "ctranslate2 int8": []}
+        runs: dict[str, list[float]] = {label: [] for label in labels}
         for _ in range(args.runs):
-            for label, engine in (("hf float32", hf), ("ctranslate2 int8", ct2)):
+            for label, engine in zip(labels, (hf, ct2), strict=True):
                 start = time.perf_counter()
-                out = engine.translate(texts, "en", "de", decoding)
+                out = [h for chunk in chunks for h in engine.translate(chunk, "en", "de", decoding)]
                 runs[label].append(time.perf_counter() - start)
                 assert len(out) == len(texts) and all(len(h) == 1 for h in out)
-                print(f"beam {beam} {label:<17} {runs[label][-1]:7.2f} s  {len(texts) / runs[label][-1]:7.1f} "
+                print(f"beam {beam} {label:<20} {runs[label][-1]:7.2f} s  {len(texts) / runs[label][-1]:7.1f} "
                       "sentences/s", flush=True)  # fmt: skip
-        ratios = [h / c for h, c in zip(runs["hf float32"], runs["ctranslate2 int8"], strict=True)]
+        ratios = [h / c for h, c in zip(*runs.values(), strict=True)]
         for label, seconds in runs.items():
             print(f"beam {beam} {label}: min {min(seconds):.2f} median {statistics.median(seconds):.2f} "
                   f"max {max(seconds):.2f} s")  # fmt: skip
-        print(f"beam {beam} speed-up ct2 int8 / hf float32 per run: min {min(ratios):.2f}x "
+        print(f"beam {beam} speed-up {labels[1]} / hf float32 per run: min {min(ratios):.2f}x "
               f"median {statistics.median(ratios):.2f}x max {max(ratios):.2f}x")  # fmt: skip
+    if device == "cuda":
+        print(f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB (torch's allocator: hf)")
+
+
+def _describe(device: str, texts: list[str], lengths: list[int]) -> None:
+    import statistics
+
+    import torch
+
+    if device == "cuda":
+        import ctranslate2
+
+        print(
+            f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}, ctranslate2 {ctranslate2.__version__}"
+        )
+    else:
+        from viewmill.cpu import apply_ct2_isa, flags_label
+
+        isa = apply_ct2_isa()
+        print(f"CPU flags: {flags_label()}; CTranslate2 ISA: {isa.isa or 'its default'} ({isa.reason})")
+        print(f"CPU, {torch.get_num_threads()} threads")
+    print(f"{len(texts)} demo sentences, source tokens min {min(lengths)} median {statistics.median(lengths)} "
+          f"max {max(lengths)}")  # fmt: skip
 
 
 def bergamot(args) -> None:
@@ -196,6 +235,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--beams", default="1,4", help="--ragged: beam sizes, comma-separated")
     parser.add_argument("--budget", type=int, default=4096, help="--ragged: source tokens x beam per batch")
     parser.add_argument("--max-length-ratio", type=float, default=1.5, help="--ragged: output tokens per source token")
+    parser.add_argument("--batch-sentences", type=int, default=0, help="--ragged: length-sorted batches of N sentences")
+    parser.add_argument("--dims", choices=sorted(DIMS), default="opus-mt", help="--ragged: the random model's size")
     parser.add_argument("--bergamot", action="store_true", help="en>pt>en round trips through the bergamot engine")
     return parser.parse_args()
 
@@ -210,7 +251,7 @@ def main() -> None:
         return bergamot(args)
     if args.ragged:
         with tempfile.TemporaryDirectory() as tmp:
-            ragged(args, build_marian(Path(tmp), demo_sentences(3000)))
+            ragged(args, build_marian(Path(tmp), demo_sentences(3000), DIMS[args.dims]))
         return
     device = args.device
     n_sentences = args.sentences or (64 if device == "cpu" else 1024)

@@ -25,8 +25,6 @@ from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.plan_measure import (
     AugmenterMeasure,
     EncodeMeasure,
-    TrainMeasure,
-    Watch,
     measure_augmenters,
     measure_encoding,
     measure_training,
@@ -43,7 +41,9 @@ from viewmill.storage.snapshots import read_pairs
 from viewmill.train.evaluation.senteval import TransferTask, load_transfer
 from viewmill.train.evaluation.sts import load_task
 from viewmill.train.mining import MinedNegatives
+from viewmill.train.step_timing import TrainMeasure
 
+from viewmill.memory import Watch
 from viewmill.settings import Settings
 
 DEFAULT_SAMPLE = 300

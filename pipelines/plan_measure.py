@@ -8,9 +8,6 @@ measurements left loaded (an upper bound for the stage)."""
 
 from __future__ import annotations
 
-import os
-import resource
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -35,44 +32,11 @@ from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.stages.augment import meaning_judge
 from viewmill.storage.lake import Lake
 from viewmill.train.encoder import load_sentence_model, resolve_encoder
-from viewmill.train.loop import train_model
+from viewmill.train.step_timing import TrainMeasure, time_training
+
+from viewmill.memory import Watch
 
 WARMUP_TEXTS = 8  # texts a model translates or embeds before it is timed (its load and first call)
-TIMED_STEPS = 3  # training steps timed after one warm-up step
-
-
-def rss_now() -> int:
-    """This process's resident memory in bytes (Linux's /proc; elsewhere the peak so far)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-class Watch:
-    """Seconds and peak resident memory of the block it wraps (sampled every 20 ms)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.peak = rss_now()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._done.wait(0.02):
-            self.peak = max(self.peak, rss_now())
-
-    def __enter__(self) -> Watch:
-        self._t0 = time.perf_counter()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds = time.perf_counter() - self._t0
-        self._done.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss_now())
 
 
 @dataclass
@@ -239,42 +203,11 @@ def cached_share(lake: Lake, keys: pa.Table) -> float | None:
     return int(found) / keys.num_rows
 
 
-@dataclass
-class TrainMeasure:
-    """A few real training steps on the sample's pairs with the recipe's settings."""
-
-    device: str
-    load_s: float  # from the call to the first step's start: the base model, optimiser, data
-    step_s: float  # one step, after a warm-up step
-    export_s: float
-    peak_rss: int
-    peak_gpu: int | None = None  # bytes, on a GPU
-
-
 def measure_training(ctx: RunContext, pairs: pa.Table, device: str, out: Path) -> TrainMeasure:
-    """1 + TIMED_STEPS steps of the recipe's objective, batch size and max length on the sample's `pairs`."""
+    """A few steps of the recipe's objective, batch size and max length on the sample's `pairs`."""
     spec = ctx.recipe.train
     assert spec is not None
-    steps = 1 + TIMED_STEPS
-    config = spec.model_copy(update={"steps": steps, "checkpoint_every": 0, "eval_every": 0, "device": device,
-                                     "head_warmup_steps": min(spec.head_warmup_steps or 0, steps)})  # fmt: skip
-    stamps: list[float] = []
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.reset_peak_memory_stats()
-    with Watch() as watch:
-        t0 = time.perf_counter()
-        stamp = lambda step, loss: stamps.append(time.perf_counter())  # noqa: E731
-        train_model(pairs, resolve_encoder(spec.encoder), config, out, card={"recipe": ctx.recipe.name},
-                    keys=pairs["sentence_id"].to_pylist(), on_step=stamp)  # fmt: skip
-    step_s = (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1)
-    peak_gpu = None
-    if device.startswith("cuda"):
-        import torch
-
-        peak_gpu = int(torch.cuda.max_memory_allocated())
-    return TrainMeasure(device, stamps[0] - t0 - step_s, step_s, t0 + watch.seconds - stamps[-1], watch.peak, peak_gpu)
+    return time_training(spec, resolve_encoder(spec.encoder), pairs, device, out, card={"recipe": ctx.recipe.name})
 
 
 @dataclass

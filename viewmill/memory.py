@@ -1,10 +1,15 @@
-"""Freed heap handed back to the system between a run's stages."""
+"""This process's memory: freed heap handed back to the system between a run's stages, and
+the resident set watched around a measured block."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import functools
+import os
+import resource
+import threading
+import time
 
 
 @functools.cache
@@ -23,3 +28,37 @@ def release_freed_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+def rss_now() -> int:
+    """This process's resident memory in bytes (Linux's /proc; elsewhere the peak so far)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Watch:
+    """Seconds and peak resident memory of the block it wraps (sampled every 20 ms)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.peak = rss_now()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self.peak = max(self.peak, rss_now())
+
+    def __enter__(self) -> Watch:
+        self._t0 = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._t0
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_now())
