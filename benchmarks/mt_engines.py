@@ -129,50 +129,61 @@ def ragged(args, model_dir: Path) -> None:
     import torch
     from viewmill.augment.ctranslate2_engine import CT2Engine
     from viewmill.augment.engines import DecodingSpec
-    from viewmill.augment.neural import HFEngine, length_batches
+    from viewmill.augment.neural import HFEngine
 
     texts = demo_sentences(args.sentences or 1000)
     device, ct2_type = args.device, ("int8" if args.device == "cpu" else "float16")
     # --batch-sentences N: length-sorted chunks of N sentences, each one engine call and one
     # batch (the token budget lifted); otherwise the engines' own token-budget packing.
     budget = 10**9 if args.batch_sentences else args.budget
-    hf = HFEngine(str(model_dir), "en", "de", device=device, compute_type="float32", max_batch_tokens=budget)
-    ct2 = CT2Engine(str(model_dir), "en", "de", device=device, compute_type=ct2_type, max_batch_tokens=budget)
-    lengths = [len(hf.tokenizer(t)["input_ids"]) for t in texts]
+    engines = {
+        f"hf {dtype}": HFEngine(str(model_dir), "en", "de", device=device, compute_type=dtype, max_batch_tokens=budget)
+        for dtype in args.hf_types.split(",")
+    }
+    engines[f"ctranslate2 {ct2_type}"] = CT2Engine(
+        str(model_dir), "en", "de", device=device, compute_type=ct2_type, max_batch_tokens=budget
+    )
+    lengths = [len(engines["hf float32"].tokenizer(t)["input_ids"]) for t in texts]
     _describe(device, texts, lengths)
-    ct2.translate(texts[:8], "en", "de", DecodingSpec())  # conversion and loading, untimed
-    hf.translate(texts[:8], "en", "de", DecodingSpec())
-    labels = ("hf float32", f"ctranslate2 {ct2_type}")
+    for engine in engines.values():  # conversion and loading, untimed
+        engine.translate(texts[:8], "en", "de", DecodingSpec())
     for beam in (int(b) for b in args.beams.split(",")):
-        if args.batch_sentences:
-            order = sorted(range(len(texts)), key=lambda i: lengths[i])
-            chunks = [
-                [texts[i] for i in order[j : j + args.batch_sentences]]
-                for j in range(0, len(order), args.batch_sentences)
-            ]
-            print(f"beam {beam}: {len(chunks)} length-sorted batches of {args.batch_sentences} sentences")
-        else:
-            chunks = [texts]
-            print(f"beam {beam}: {len(length_batches(lengths, budget, beam))} length-sorted batches of <= {budget} "
-                  "source tokens x beam")  # fmt: skip
+        chunks = _chunks(texts, lengths, args.batch_sentences, budget, beam)
         decoding = DecodingSpec(beam_size=beam, max_length_ratio=args.max_length_ratio)
-        runs: dict[str, list[float]] = {label: [] for label in labels}
+        runs: dict[str, list[float]] = {label: [] for label in engines}
         for _ in range(args.runs):
-            for label, engine in zip(labels, (hf, ct2), strict=True):
+            for label, engine in engines.items():
                 start = time.perf_counter()
                 out = [h for chunk in chunks for h in engine.translate(chunk, "en", "de", decoding)]
                 runs[label].append(time.perf_counter() - start)
                 assert len(out) == len(texts) and all(len(h) == 1 for h in out)
                 print(f"beam {beam} {label:<20} {runs[label][-1]:7.2f} s  {len(texts) / runs[label][-1]:7.1f} "
                       "sentences/s", flush=True)  # fmt: skip
-        ratios = [h / c for h, c in zip(*runs.values(), strict=True)]
         for label, seconds in runs.items():
             print(f"beam {beam} {label}: min {min(seconds):.2f} median {statistics.median(seconds):.2f} "
                   f"max {max(seconds):.2f} s")  # fmt: skip
-        print(f"beam {beam} speed-up {labels[1]} / hf float32 per run: min {min(ratios):.2f}x "
-              f"median {statistics.median(ratios):.2f}x max {max(ratios):.2f}x")  # fmt: skip
+        ct2_label = f"ctranslate2 {ct2_type}"
+        for label in runs:
+            if label != ct2_label:
+                ratios = [h / c for h, c in zip(runs[label], runs[ct2_label], strict=True)]
+                print(f"beam {beam} speed-up {ct2_label} / {label} per run: min {min(ratios):.2f}x "
+                      f"median {statistics.median(ratios):.2f}x max {max(ratios):.2f}x")  # fmt: skip
     if device == "cuda":
         print(f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB (torch's allocator: hf)")
+
+
+def _chunks(texts: list[str], lengths: list[int], size: int, budget: int, beam: int) -> list[list[str]]:
+    """What each engine call gets: length-sorted chunks of `size` sentences, or every text at once."""
+    from viewmill.augment.neural import length_batches
+
+    if size:
+        order = sorted(range(len(texts)), key=lambda i: lengths[i])
+        chunks = [[texts[i] for i in order[j : j + size]] for j in range(0, len(order), size)]
+        print(f"beam {beam}: {len(chunks)} length-sorted batches of {size} sentences")
+        return chunks
+    batches = len(length_batches(lengths, budget, beam))
+    print(f"beam {beam}: {batches} length-sorted batches of <= {budget} source tokens x beam")
+    return [texts]
 
 
 def _describe(device: str, texts: list[str], lengths: list[int]) -> None:
@@ -235,6 +246,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--beams", default="1,4", help="--ragged: beam sizes, comma-separated")
     parser.add_argument("--budget", type=int, default=4096, help="--ragged: source tokens x beam per batch")
     parser.add_argument("--max-length-ratio", type=float, default=1.5, help="--ragged: output tokens per source token")
+    parser.add_argument("--hf-types", default="float32", help="--ragged: transformers dtypes, e.g. float32,bfloat16")
     parser.add_argument("--batch-sentences", type=int, default=0, help="--ragged: length-sorted batches of N sentences")
     parser.add_argument("--dims", choices=sorted(DIMS), default="opus-mt", help="--ragged: the random model's size")
     parser.add_argument("--bergamot", action="store_true", help="en>pt>en round trips through the bergamot engine")
