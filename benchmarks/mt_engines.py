@@ -138,12 +138,12 @@ def ragged(args, model_dir: Path) -> None:
     budget = 10**9 if args.batch_sentences else args.budget
     engines = {
         f"hf {dtype}": HFEngine(str(model_dir), "en", "de", device=device, compute_type=dtype, max_batch_tokens=budget)
-        for dtype in args.hf_types.split(",")
+        for dtype in filter(None, args.hf_types.split(","))
     }
     engines[f"ctranslate2 {ct2_type}"] = CT2Engine(
         str(model_dir), "en", "de", device=device, compute_type=ct2_type, max_batch_tokens=budget
     )
-    lengths = [len(engines["hf float32"].tokenizer(t)["input_ids"]) for t in texts]
+    lengths = [len(engines[f"ctranslate2 {ct2_type}"].tokenizer(t)["input_ids"]) for t in texts]
     _describe(device, texts, lengths)
     for engine in engines.values():  # conversion and loading, untimed
         engine.translate(texts[:8], "en", "de", DecodingSpec())
@@ -246,7 +246,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--beams", default="1,4", help="--ragged: beam sizes, comma-separated")
     parser.add_argument("--budget", type=int, default=4096, help="--ragged: source tokens x beam per batch")
     parser.add_argument("--max-length-ratio", type=float, default=1.5, help="--ragged: output tokens per source token")
-    parser.add_argument("--hf-types", default="float32", help="--ragged: transformers dtypes, e.g. float32,bfloat16")
+    parser.add_argument("--hf-types", default="float32", help="--ragged: transformers dtypes ('': none)")
     parser.add_argument("--batch-sentences", type=int, default=0, help="--ragged: length-sorted batches of N sentences")
     parser.add_argument("--dims", choices=sorted(DIMS), default="opus-mt", help="--ragged: the random model's size")
     parser.add_argument("--bergamot", action="store_true", help="en>pt>en round trips through the bergamot engine")
