@@ -219,6 +219,18 @@ def prefect_server():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _prefect_database_template(tmp_path_factory):
+    """Every Prefect server a test starts (a run's temporary one, the integration tests') begins
+    from one migrated database, which the first of them writes (local_server.TEMPLATE_ENV): one
+    per session, shared by the xdist workers, whose base folders sit side by side."""
+    from viewmill.pipelines.orchestration.local_server import TEMPLATE_ENV
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    os.environ.setdefault(TEMPLATE_ENV, str(shared / "prefect-template.db"))
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _stop_temporary_prefect_servers(tmp_path_factory):
     """Runs under test leave their state directory's reusable Prefect server up (by design, it
     idles for 30 minutes): stop every one this session started once the session ends."""

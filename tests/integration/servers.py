@@ -38,6 +38,7 @@ def client_env(home: Path, api: str | None = None) -> dict[str, str]:
 def prefect_server(home: Path) -> Iterator[str]:
     """Start a server with its database under `home`; yields its API URL; stops it after."""
     port = local_server._free_port()
+    local_server.seed_database(home)  # the session's migrated database, once a server wrote it
     server = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         env=client_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
@@ -45,6 +46,7 @@ def prefect_server(home: Path) -> Iterator[str]:
     api = f"http://127.0.0.1:{port}/api"
     try:
         wait_healthy(api, server)
+        local_server.save_template(home)  # before any client: the session's template, when none is yet
         yield api
     finally:
         server.terminate()
