@@ -121,7 +121,11 @@ def run_configuration(entry: dict, base: dict, args, dev, scores) -> dict:
         "set": entry.get("set", {}),
         "scores": figures,
         "best_step": report.best_step,
+        "selected_step": report.selected_step,
         "dev_evals": report.dev_evals,
+        "dev_task_evals": {
+            name: [(step, round(v, 2)) for step, v in evals] for name, evals in report.dev_task_evals.items()
+        },
         "seconds": round(time.perf_counter() - began, 1),
     }
 
