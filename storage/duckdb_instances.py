@@ -18,6 +18,7 @@ import duckdb
 from viewmill.storage.catalog import extension_path, sql_literal
 
 IDLE_MAX = 2  # kept per process: a process seldom has more lakes open at once
+_THREADS = max(1, os.cpu_count() or 1)
 _idle: list[Instance] = []
 _lock = threading.Lock()
 _forked_away: list[Instance] = []  # a parent's idle instances, in a forked child: never used, never closed
@@ -29,7 +30,7 @@ class Instance:
     def __init__(self, extensions: tuple[str, ...]) -> None:
         # Rows carry their own keys and every read that needs an order says ORDER BY, so
         # DuckDB need not buffer large inserts to keep their order (less memory).
-        config = {"threads": max(1, os.cpu_count() or 1), "preserve_insertion_order": False}
+        config = {"threads": _THREADS, "preserve_insertion_order": False}
         self.extensions = extensions
         self._pid = os.getpid()
         self._root = duckdb.connect(config=config)
@@ -43,6 +44,7 @@ class Instance:
         self.con = self._root.cursor()
 
     def _lent_again(self) -> Instance:
+        self._root.execute(f"SET GLOBAL threads = {_THREADS}")
         self.con = self._root.cursor()
         return self
 
@@ -75,7 +77,12 @@ class Instance:
         cached = root.execute("SELECT current_setting('enable_external_file_cache')").fetchone()[0]
         root.execute("SET GLOBAL enable_external_file_cache = false")
         root.execute(f"SET GLOBAL enable_external_file_cache = {str(cached).lower()}")
-        return self._global_state() == self._made
+        if self._global_state() != self._made:
+            return False
+        # Idle worker threads would keep the memory their allocator caches hold (hundreds of MB
+        # after a large query); ended, they hand it back as closing the instance did.
+        root.execute("SET GLOBAL threads = 1")
+        return True
 
     def _global_state(self) -> tuple[list[tuple[str, str]], list[tuple[str]]]:
         settings = self._root.execute("SELECT name, value FROM duckdb_settings() ORDER BY name").fetchall()

@@ -12,6 +12,8 @@ from viewmill.storage.lake import Lake
 from viewmill.storage.schema import EVALS
 from viewmill.storage.sql.sandbox import open_query_lake
 
+from viewmill.memory import rss_now
+
 
 @pytest.fixture
 def connects(monkeypatch) -> list[int]:
@@ -132,3 +134,13 @@ def test_a_forked_child_leaves_the_parents_idle_instances_alone(tmp_path, connec
     with Lake(tmp_path / "lake") as lake:
         assert sorted(lake.arrow("SELECT task FROM evals")["task"].to_pylist()) == ["child", "parent"]
     assert len(connects) == 1
+
+
+def test_an_idle_instance_hands_back_the_memory_its_lakes_query_took(tmp_path, connects):
+    before = rss_now()
+    with Lake(tmp_path / "lake") as lake:
+        lake.con.execute("CREATE TEMPORARY TABLE big AS SELECT md5(range::VARCHAR) AS s FROM range(1500000)")
+        lake.con.execute("SELECT s, count(*) FROM big GROUP BY s ORDER BY s LIMIT 1").fetchall()
+        peak = rss_now()
+    assert len(duckdb_instances._idle) == 1
+    assert rss_now() - before < (peak - before) / 3, "as little kept as a closed instance keeps"
