@@ -192,6 +192,37 @@ def test_verify_finds_missing_resized_orphaned_files_and_changed_snapshots(seede
     assert not report.ok
 
 
+def test_full_verify_hashes_on_a_thread_per_core_and_reports_as_one_thread_would(seeded, monkeypatch):
+    import threading
+
+    import viewmill.storage.integrity as integrity
+
+    with Lake(seeded, read_only=True) as lake:
+        listed = lake.arrow("SELECT data_file FROM ducklake_list_files('lake', 'views')")
+    views = sorted(listed["data_file"].to_pylist())
+    for path in views[:3]:  # same size, footer intact, a data page's byte changed: only the hash can tell
+        data = bytearray(Path(path).read_bytes())
+        data[10] ^= 0xFF
+        Path(path).write_bytes(bytes(data))
+    hashed_on, hash_file = set(), integrity.content_problem
+
+    def recording(con, entry, records):
+        hashed_on.add(threading.get_ident())
+        time.sleep(0.05)  # every thread gets a file before any finishes its group
+        return hash_file(con, entry, records)
+
+    monkeypatch.setattr(integrity, "content_problem", recording)
+    reports = {}
+    for cores in (1, 3):
+        monkeypatch.setattr(integrity, "cpu_cores", lambda cores=cores: cores)
+        hashed_on.clear()
+        with Lake(seeded, read_only=True) as lake:
+            reports[cores] = [(p.kind, p.path) for p in verify_lake(lake).errors]
+        assert len(hashed_on) == cores
+    assert reports[3] == reports[1]
+    assert sorted(path for kind, path in reports[3] if kind == "content") == views[:3]
+
+
 def test_repair_keeps_intact_views_and_a_rerun_can_remake_the_rest(seeded, tmp_path):
     with Lake(seeded) as lake:
         counts = _counts(lake)
