@@ -93,10 +93,9 @@ class Instance:
 def lend(extensions: tuple[str, ...]) -> Instance:
     """An instance with exactly `extensions` loaded, for one lake alone until it calls `give_back`."""
     with _lock:
-        for index, instance in enumerate(_idle):
-            if instance.extensions == extensions:
-                return _idle.pop(index)._lent_again()
-    return Instance(extensions)
+        kept = next((index for index, instance in enumerate(_idle) if instance.extensions == extensions), None)
+        instance = _idle.pop(kept) if kept is not None else None
+    return instance._lent_again() if instance is not None else Instance(extensions)
 
 
 def _after_fork_in_child() -> None:
