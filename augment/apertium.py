@@ -78,16 +78,21 @@ class ApertiumEngine:
     """Rule-based MT through one long-lived Apertium pipeline per direction.
 
     The direction's pipeline (the mode file's programs, in null-flush mode) starts once and
-    stays up; each batch is deformatted with `apertium-destxt`, sent through it ending in a
-    NUL byte, read back up to the NUL, and reformatted with `apertium-retxt`: the same steps
-    and output as `apertium -u <mode>`, without restarting a dozen programs per batch.
+    stays up; each batch is deformatted with `apertium-destxt`, and each sentence goes through
+    the pipeline as its own NUL-ended block (all of them in one write), read back up to as many
+    NULs and reformatted with `apertium-retxt`: each sentence's output is that of
+    `apertium -u <mode>` on that sentence alone, without restarting a dozen programs per batch.
     Text mode keeps final punctuation (line mode drops it); the output is checked to have
     exactly one line per input. The decoding spec does not change anything.
 
-    Apertium's tagger carries context from sentence to sentence, so a sentence's translation
-    can depend on what the pipeline saw before it (about 1-2% of round trips on the demo
-    corpus). The translation cache keeps the first translation made, so reruns and resumed
-    runs never change a stored view.
+    One stream for the whole batch let the tagger and the structural transfer run from line to
+    line (a line without final punctuation lent words to the next), so a view depended on its
+    batch, hence on time-sized commits (2-6% of the demo's round trips). A NUL flush ends the
+    transfer's sentence, so the batch no longer matters; the tagger still carries a sentence's
+    last tags into the next one's first word (the HMM tagger does not reset on a flush), so a
+    translation can depend on the texts the pipeline translated before it: the shard's order,
+    the translation cache's hits, a restart. The cache keeps the first translation made, so
+    reruns and resumed runs never change a stored view.
     """
 
     name = "apertium"
@@ -153,16 +158,19 @@ class ApertiumEngine:
             )
         return proc.stdout
 
-    def _round(self, payload: bytes) -> bytes:
+    def _round(self, blocks: list[bytes]) -> list[bytes]:
+        """Each block through the pipeline on its own (a NUL after each flushes and resets it)."""
         pipeline = self._start()
         assert pipeline.stdin is not None and pipeline.stdout is not None
+        payload = b"".join(block + b"\0" for block in blocks)
         # Write from a thread: a large batch would otherwise fill the pipes and deadlock.
-        writer = threading.Thread(target=_write_all, args=(pipeline.stdin, payload + b"\0"), daemon=True)
+        writer = threading.Thread(target=_write_all, args=(pipeline.stdin, payload), daemon=True)
         writer.start()
         out = bytearray()
         limit = self._limit(payload)
         deadline = time.monotonic() + limit
-        while not out.endswith(b"\0"):
+        ended = 0  # NULs read so far: counted per chunk, not over the whole output again
+        while ended < len(blocks):
             ready, _, _ = select.select([pipeline.stdout], [], [], max(0.0, deadline - time.monotonic()))
             if not ready:
                 self.close()  # the pipeline may still be chewing: a fresh one serves the next batch
@@ -171,9 +179,15 @@ class ApertiumEngine:
             if not chunk:
                 self.close()
                 raise EngineError(f"the apertium {self.mode} pipeline exited mid-batch; the batch was not written")
+            seen = len(out)
             out += chunk
+            ended += chunk.count(b"\0")
+            if out.startswith(b"\0") or b"\0\0" in out[max(0, seen - 1) :]:
+                # An empty block: a program died on it, and the blocks after it will never come.
+                self.close()
+                raise EngineError(f"apertium {self.mode} returned nothing for a sentence; the batch was not written")
         writer.join()
-        return bytes(out[:-1])
+        return bytes(out).split(b"\0")[: len(blocks)]
 
     def translate(self, texts: list[str], src: str, tgt: str, decoding: DecodingSpec) -> list[list[str]]:
         if (src, tgt) != (self.src, self.tgt):
@@ -205,16 +219,24 @@ class ApertiumEngine:
             return out
 
     def _translate_batch(self, texts: list[str]) -> list[str]:
-        deformatted = self._format("apertium-destxt", ("\n".join(texts) + "\n").encode("utf-8"))
-        translated = self._format("apertium-retxt", self._round(deformatted)).decode("utf-8")
+        # Stripped, and blank ones never sent: destxt would fold edge blanks into the newline's
+        # superblank, and the batch could no longer be cut into its sentences.
+        texts = [text.strip() for text in texts]
+        sent = [text for text in texts if text]
+        if not sent:
+            return texts
+        deformatted = self._format("apertium-destxt", ("\n".join(sent) + "\n").encode("utf-8"))
+        blocks = _sentences(deformatted, len(sent))
+        translated = self._format("apertium-retxt", b"".join(self._round(blocks))).decode("utf-8")
         lines = translated.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        if len(lines) != len(texts):
+        if len(lines) != len(sent):
             raise EngineError(
-                f"apertium {self.mode} returned {len(lines)} lines for {len(texts)} inputs; the batch was not written"
+                f"apertium {self.mode} returned {len(lines)} lines for {len(sent)} inputs; the batch was not written"
             )
-        return [line.strip() for line in lines]
+        out = iter(line.strip() for line in lines)
+        return [next(out) if text else "" for text in texts]
 
     def close(self) -> None:
         pipeline, self._pipeline = self._pipeline, None
@@ -226,6 +248,19 @@ class ApertiumEngine:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+# apertium-destxt ends its output so (a dummy full stop ends the last sentence) and turns each
+# newline into this superblank; a literal "[" in a text comes out escaped ("\\[").
+_DESTXT_END, _DESTXT_NEWLINE = b".[][\n]", b"[\n]"
+
+
+def _sentences(deformatted: bytes, count: int) -> list[bytes]:
+    """`apertium-destxt`'s output of `count` lines cut into what it makes of each line alone."""
+    lines = deformatted.removesuffix(_DESTXT_END).split(_DESTXT_NEWLINE)
+    if not deformatted.endswith(_DESTXT_END) or len(lines) != count:
+        raise EngineError(f"apertium-destxt's output of {count} lines cannot be cut into {count} sentences")
+    return [line + _DESTXT_END for line in lines]
 
 
 def _write_all(stream, data: bytes) -> None:

@@ -44,14 +44,17 @@ def test_long_lived_pipeline_matches_the_apertium_command_and_survives_a_crash()
 
     lines = (REPO / "recipes" / "data" / "snli" / "s2.dev").read_text(encoding="utf-8").splitlines()
     texts = [" ".join(line.split()) for line in lines[:1500]]
-    reference = subprocess.run(
-        ["apertium", "-u", "eng-spa"], input="\n".join(texts) + "\n", capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    reference = [
+        subprocess.run(
+            ["apertium", "-u", "eng-spa"], input=text + "\n", capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for text in texts[:12]
+    ]
     engine = ApertiumEngine("en", "es")
     try:
-        # A fresh pipeline runs the same programs on the same stream as the apertium command.
+        # The pipeline runs the same programs as the apertium command, each sentence on its own.
         big = engine.translate(texts, "en", "es", DecodingSpec())  # far beyond the pipe buffers
-        assert [h[0] for h in big] == [line.strip() for line in reference]
+        assert len(big) == len(texts) and [h[0] for h in big[:12]] == reference
         pid = engine._pipeline.pid
         again = engine.translate(texts[:20], "en", "es", DecodingSpec())
         assert engine._pipeline.pid == pid, "one process per direction, reused across batches"
@@ -85,7 +88,26 @@ def test_a_sentence_that_crashes_apertium_gets_an_empty_translation_and_its_batc
 def test_a_batch_in_which_every_sentence_fails_stops_the_run():
     engine = ApertiumEngine("en", "ca")
     try:
-        with pytest.warns(UserWarning), pytest.raises(EngineError, match="returned 0 lines"):
+        with pytest.warns(UserWarning), pytest.raises(EngineError, match="returned nothing for a sentence"):
             engine.translate([CRASHES_ENG_CAT] * 4, "en", "ca", DecodingSpec())
     finally:
         engine.close()
+
+
+def test_a_sentences_translation_does_not_depend_on_the_others_in_its_batch():
+    from tests.conftest import REPO
+
+    lines = (REPO / "recipes" / "data" / "snli-dev" / "s2.dev").read_text(encoding="utf-8").splitlines()
+    texts = list(dict.fromkeys(" ".join(line.split()) for line in lines[:400]))
+    engine = ApertiumEngine("en", "ca")
+    try:
+        # Apertium's tagger and transfer read across lines (a line without final punctuation
+        # ran on into the next: "snow covered earth" lost "earth covered" to the next line), so
+        # views depended on their neighbours, hence on commit sizes and shards.
+        batch = [h[0] for h in engine.translate(texts, "en", "ca", DecodingSpec())]
+        backwards = [h[0] for h in engine.translate(texts[::-1], "en", "ca", DecodingSpec())][::-1]
+        alone = [engine.translate([t], "en", "ca", DecodingSpec())[0][0] for t in texts[:40]]
+    finally:
+        engine.close()
+    assert batch == backwards
+    assert batch[:40] == alone
