@@ -1,5 +1,5 @@
-"""BSL: bootstrapped sentence representation learning (BYOL for sentences), its settings and
-its registry entry.
+"""BSL: bootstrapped sentence representation learning (BYOL for sentences); its settings and
+registry entry are torch-free (`objective_options`, `objective_catalog`).
 
 Online encoder f + predictor p learn to predict a target encoder's embedding of the other
 view; the target is an exponential moving average of the online encoder, without gradients.
@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import nn
-from viewmill.train.objectives import Objective, paper_citation
+from viewmill.train.objective_options import BSLOptions
 from viewmill.train.pooling import exported_modules, mean_pooled
-
-from viewmill.specs import Spec
 
 if TYPE_CHECKING:
     from viewmill.train.config import TrainConfig
@@ -94,16 +91,6 @@ class BSL(nn.Module):
             t_buf.copy_(o_buf)
 
 
-class BSLOptions(Spec):
-    """BSL's settings (`train.options`)."""
-
-    momentum: float = Field(0.999, ge=0, le=1, description="the target's EMA momentum (1: frozen, 0: a copy)")
-    momentum_schedule: Literal["constant", "cosine"] = Field(
-        "constant", description="cosine: BYOL's increase from momentum to 1 over the run"
-    )
-    predictor_k: int = Field(8, ge=1, le=64, description="the predictor's hidden width, in embedding widths")
-
-
 def target_momentum(options: BSLOptions, steps: int, step: int) -> float:
     """BSL's EMA momentum at `step` (1-based) of `steps`: constant, or BYOL's cosine increase
     from `momentum` at the first step to 1 at the last."""
@@ -123,15 +110,3 @@ def build(config: TrainConfig, sentence_model) -> tuple[nn.Module, list[nn.Modul
     dim = sentence_model.get_embedding_dimension()
     model = BSL(sentence_model[0].auto_model, dim, config.objective_options.predictor_k)
     return model, exported_modules(sentence_model)
-
-
-BSL_OBJECTIVE = Objective(
-    build=build,
-    head=True,
-    accumulation=True,
-    after_step=ema_step,
-    options=BSLOptions,
-    description="BYOL-style bootstrapping (predictor + EMA)",
-    title="BSL (bootstrapped sentence representation learning)",
-    citation=paper_citation("zhang-etal-2021-bootstrapped"),
-)

@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 from viewmill.train.dev_scores import DevSelection
-from viewmill.train.objectives import OBJECTIVES
+from viewmill.train.objective_catalog import OBJECTIVES
 
 from viewmill.registry import RegistryError
 from viewmill.specs import Seed, Spec, non_finite

@@ -13,14 +13,11 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import nn
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
-from viewmill.train.objectives import Objective, batch_negatives, paper_citation, with_hard_negatives
+from viewmill.train.objectives import batch_negatives, with_hard_negatives
 from viewmill.train.pooling import exported_modules, mean_pooled
-
-from viewmill.specs import Spec
 
 
 class Distill(nn.Module):
@@ -105,14 +102,6 @@ class AnchoredContrastive(Distill):
     forward = loss
 
 
-class AnchoredOptions(Spec):
-    """infonce-distill's settings (`train.options`)."""
-
-    distill_weight: float = Field(
-        200.0, ge=0, description="weight of the MSE that keeps the source's embedding at the start's"
-    )
-
-
 def build_distill(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     """The student over the base model, exported with mean pooling (the teacher is a frozen copy
     inside the module, never exported)."""
@@ -124,32 +113,3 @@ def build_anchored(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     weight = config.objective_options.distill_weight
     model = AnchoredContrastive(sentence_model[0].auto_model, config.temperature, weight, config.hard_negative_weight)
     return model, exported_modules(sentence_model)
-
-
-CITATION = paper_citation("reimers-2020-multilingual-sentence-bert")
-
-INFONCE_DISTILL_OBJECTIVE = Objective(
-    build=build_anchored,
-    head=False,
-    temperature=0.05,
-    needs_source=True,
-    negatives=True,  # supervised SimCSE's hard negatives join view a's candidates
-    options=AnchoredOptions,
-    description="symmetric in-batch InfoNCE between the views plus distill_weight x MSE of the student's source "
-    "embedding to a frozen copy of the start model's (aligns translations, keeps the source language's space)",
-    title="symmetric in-batch InfoNCE between a sentence's views (e.g. the source and its translation) plus an "
-    "MSE anchor of the source's embedding to a frozen copy of the starting model's",
-    citation=CITATION,  # its anchor is that paper's distillation
-)
-
-DISTILL_OBJECTIVE = Objective(
-    build=build_distill,
-    head=False,
-    accumulation=True,
-    needs_source=True,
-    description="multilingual knowledge distillation: student(source) and student(translation) regress onto "
-    "a frozen teacher's embedding of the source (MSE)",
-    title="multilingual knowledge distillation (Reimers & Gurevych, 2020): the source sentence and its translation "
-    "both regress (MSE) onto a frozen copy of the starting model's embedding of the source",
-    citation=CITATION,
-)

@@ -1,5 +1,5 @@
-"""IS-BERT (Zhang et al., 2020), its settings, its export (the CNN's own code travels with the
-model) and its registry entry."""
+"""IS-BERT (Zhang et al., 2020) and its export (the CNN's own code travels with the model); its
+settings and registry entry are torch-free (`objective_options`, `objective_catalog`)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,13 @@ import json
 import math
 import shutil
 from pathlib import Path
-from typing import Annotated
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, field_validator
 from torch import nn
 from viewmill.train import modeling_isbert
 from viewmill.train.encoder import CNN_REF, MODELING_FILE
-from viewmill.train.objectives import Objective, paper_citation
 from viewmill.train.pooling import mean_pool
-
-from viewmill.specs import Spec
 
 
 def jsd_mi_loss(global_: torch.Tensor, local: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -69,22 +64,6 @@ class ISBERT(nn.Module):
         return list(self.cnn.parameters())
 
 
-class ISBERTOptions(Spec):
-    """IS-BERT's settings (`train.options`)."""
-
-    filters: int = Field(256, ge=1, le=65536, description="filters per window")
-    windows: tuple[Annotated[int, Field(le=511)], ...] = Field(
-        (1, 3, 5), description="the CNN's window sizes (odd: same padding)"
-    )
-
-    @field_validator("windows")
-    @classmethod
-    def _odd(cls, windows: tuple[int, ...]) -> tuple[int, ...]:
-        if any(w < 1 or w % 2 == 0 for w in windows):
-            raise ValueError(f"windows must be odd sizes (same padding), got {list(windows)}")
-        return windows
-
-
 def build(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     """IS-BERT over the base model, exported as encoder + CNN + mean pooling of its features."""
     from sentence_transformers.sentence_transformer.modules import Pooling
@@ -104,16 +83,3 @@ def carry_modeling_file(folder: Path) -> None:
         if module["type"].endswith("modeling_isbert.ReLUCNN"):
             module["type"] = CNN_REF
     modules_path.write_text(json.dumps(modules, indent=2), encoding="utf-8")
-
-
-ISBERT_OBJECTIVE = Objective(
-    build=build,
-    head=True,
-    options=ISBERTOptions,
-    on_export=carry_modeling_file,
-    description="mutual information with the sentence's n-grams",
-    title="IS-BERT (mutual information with n-gram features)",
-    citation=paper_citation("zhang-etal-2020-unsupervised"),
-    remote_code=f"The IS-BERT CNN is this directory's own code (`{MODELING_FILE}`, module `{CNN_REF}`): loading "
-    "needs `trust_remote_code=True` and sentence-transformers, not viewmill.",
-)

@@ -1,31 +1,26 @@
-"""The objective registry (`Objective`, an objective's whole description) and the contrastive
-objectives NT-Xent and InfoNCE; BSL, SG-OPT, IS-BERT and distillation have their own modules,
-each with its entry.
-
-What an entry's `build` returns to train is a `TrainingModule` (the contract below); its
-entry names the sentence-transformers modules that are exported.
+"""What an objective's `build` returns to train, a `TrainingModule` (the contract below), and
+the contrastive objectives NT-Xent and InfoNCE; BSL, SG-OPT, IS-BERT and distillation have
+their own modules. The entries (`Objective`) and the registry are torch-free, in
+`objective_entry` and `objective_catalog`; plugins may import them from here too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel
 from torch import nn
 from viewmill.train.distributed import gather_with_local_grad
 from viewmill.train.layout import BatchLayout
 from viewmill.train.legacy_isbert import ReLUCNN  # noqa: F401  (the class path of IS-BERT exports before 0.2)
+from viewmill.train.objective_catalog import INFONCE, NTXENT, OBJECTIVES  # noqa: F401  (imported from here)
+from viewmill.train.objective_entry import NoOptions, Objective, paper_citation  # noqa: F401  (plugins import them here)
 from viewmill.train.pooling import exported_modules, mean_pool
 
-from viewmill.registry import Registry, RegistryError
-from viewmill.specs import Spec
+from viewmill.registry import RegistryError
 
 
 @runtime_checkable
@@ -236,73 +231,6 @@ def _set_rng_state(state: tuple) -> None:
         torch.cuda.set_rng_state_all(state[1])
 
 
-# -- the objective registry ------------------------------------------------------------
-
-
-class NoOptions(Spec):
-    """The options of an objective that has none: `train.options` must stay empty."""
-
-
-@dataclass(frozen=True)
-class Objective:
-    """A training objective's registry entry, everything viewmill knows of it; plugins add theirs
-    in the entry-point group `viewmill.objectives` and have every power a built-in has.
-
-    `build(config, sentence_model)` returns the training module (a `TrainingModule`; with
-    `cached_gradients` a `CachedBackward`) and the sentence-transformers modules to export,
-    sharing its weights. An entry with `negatives` or `needs_source` gets those rows after views a
-    and b and its module's loss `layout=`; other entries get the plain [a..., b...] batch.
-    `options` is a pydantic model (extra="forbid") of its own settings, read from `train.options`
-    and handed to `build` and the hooks as `config.objective_options`."""
-
-    build: Callable[[Any, Any], tuple[TrainingModule, list[nn.Module]]]
-    head: bool = True  # a head that warms up before the encoder trains
-    temperature: float | None = None  # default temperature, where the loss has one
-    accumulation: bool = False  # grad_accumulation > 1 keeps the loss unchanged
-    description: str = ""
-    negatives: bool = False  # trains on hard negatives (a `negatives` column); others refuse pairs with them
-    needs_source: bool = False  # reads the source sentence (a `text_source` column, else view a)
-    # (module, config, step) after every optimiser step that trained the encoder: BSL's EMA
-    after_step: Callable[[nn.Module, Any, int], None] | None = None
-    options: type[BaseModel] = NoOptions
-    # the optimiser over the parameter groups (encoder; head, each with its lr)
-    optimizer: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = torch.optim.Adam
-    safe_head_lr: float | None = None  # preset safe's head_lr where the recipe sets none (else TrainConfig's)
-    # its module's loss is over in-batch negatives (every rank's under torchrun): accumulation
-    # re-embeds through `cached_backward` (GradCache), without fp16 loss scaling
-    cached_gradients: bool = False
-    on_export: Callable[[Path], None] | None = None  # adds files to the export folder (before its hashes)
-    title: str = ""  # the model card's name for it (a plugin without one: its name and description)
-    citation: str = ""  # BibTeX of the paper it follows, for the model card
-    remote_code: str = ""  # set: the export carries its own code; the card says this and loads it trusted
-
-
-def _objective_options(value: Objective) -> Objective:
-    options = value.options
-    if not (isinstance(options, type) and issubclass(options, BaseModel)):
-        raise RegistryError(f"an objective's options must be a pydantic model class, not {options!r}")
-    if options.model_config.get("extra") != "forbid":
-        raise RegistryError(
-            f"the options model {options.__name__} must forbid extra keys (model_config = ConfigDict(extra='forbid')), "
-            "or a misspelt option would be dropped without a word"
-        )
-    return value
-
-
-def paper_citation(*keys: str) -> str:
-    """The BibTeX entries `keys` of citations.bib (the papers viewmill's objectives follow),
-    for an entry's `citation`."""
-    entries = _bibtex_entries()
-    return "\n".join(entries[key] for key in keys)
-
-
-@cache
-def _bibtex_entries() -> dict[str, str]:
-    text = Path(__file__).with_name("citations.bib").read_text(encoding="utf-8")
-    entries = text.strip().split("\n\n")  # one blank line between entries, none inside one
-    return {entry[entry.index("{") + 1 : entry.index(",")]: entry for entry in entries}
-
-
 def _contrastive(kind: str) -> Callable[[Any, Any], tuple[nn.Module, list[nn.Module]]]:
     def build(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
         module = Contrastive(sentence_model[0].auto_model, kind, config.temperature, config.hard_negative_weight)
@@ -311,30 +239,4 @@ def _contrastive(kind: str) -> Callable[[Any, Any], tuple[nn.Module, list[nn.Mod
     return build
 
 
-NTXENT = Objective(
-    build=_contrastive("ntxent"), head=False, temperature=0.05, accumulation=True, negatives=True,
-    cached_gradients=True, description="NT-Xent over 2n views", title="NT-Xent contrastive",
-    citation=paper_citation("chen2020simple"),
-)  # fmt: skip
-# sentence-transformers' MultipleNegativesRankingLoss cites Henderson et al.; the loss is van den Oord et al.'s InfoNCE.
-INFONCE = Objective(
-    build=_contrastive("infonce"), head=False, temperature=0.05, accumulation=True, negatives=True,
-    cached_gradients=True, description="in-batch InfoNCE (MNRL)", title="InfoNCE (in-batch negatives)",
-    citation=paper_citation("henderson2017efficient", "oord2018representation"),
-)  # fmt: skip
-
-OBJECTIVES: Registry[Objective] = Registry(
-    "viewmill.objectives",
-    "objective",
-    {
-        "bsl": "viewmill.train.bsl:BSL_OBJECTIVE",
-        "ntxent": "viewmill.train.objectives:NTXENT",
-        "infonce": "viewmill.train.objectives:INFONCE",
-        "sgopt": "viewmill.train.sgopt:SGOPT_OBJECTIVE",
-        "isbert": "viewmill.train.isbert:ISBERT_OBJECTIVE",
-        "distill": "viewmill.train.distill:DISTILL_OBJECTIVE",
-        "infonce-distill": "viewmill.train.distill:INFONCE_DISTILL_OBJECTIVE",
-    },
-    _objective_options,
-    entry_type=Objective,
-)
+build_ntxent, build_infonce = _contrastive("ntxent"), _contrastive("infonce")

@@ -1,20 +1,14 @@
-"""SG-OPT: self-guided contrastive learning (Kim et al., 2021), its settings and its registry entry."""
+"""SG-OPT: self-guided contrastive learning (Kim et al., 2021); its settings and registry entry are
+torch-free (`objective_options`, `objective_catalog`)."""
 
 from __future__ import annotations
 
 import copy
-from functools import partial
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import nn
-from viewmill.train.objectives import Objective, paper_citation
 from viewmill.train.pooling import exported_modules, masked_max_pool
-
-from viewmill.specs import Spec
-
-SGOPT_HEAD_LR = 5e-5  # the paper's AdamW lr for BERT_T and the projection head
 
 
 class SGOPT(nn.Module):
@@ -101,14 +95,6 @@ def opt3(c: torch.Tensor, h: torch.Tensor, temperature: float) -> torch.Tensor:
     return (torch.logaddexp(own, negatives) - own).mean()
 
 
-class SGOPTOptions(Spec):
-    """SG-OPT's settings (`train.options`)."""
-
-    reg_lambda: float = Field(0.1, ge=0, description="weight of the regulariser ||theta_T - theta_F||^2")
-    head_width: int = Field(4096, ge=1, le=65536, description="hidden width of the projection head")
-    partner_view: bool = Field(False, description="BT + SG-OPT: BERT_F reads the partner (back-translation)")
-
-
 def build(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     """SG-OPT over the base model, exported as BERT_T's [CLS] (c_i, what the loss trains)."""
     options = config.objective_options
@@ -119,16 +105,6 @@ def build(config, sentence_model) -> tuple[nn.Module, list[nn.Module]]:
     return model, exported_modules(sentence_model, pooling="cls")
 
 
-SGOPT_OBJECTIVE = Objective(
-    build=build,
-    head=True,
-    temperature=0.01,
-    options=SGOPTOptions,
-    # the paper's AdamW with beta2 = 0.9; its head lr also in preset safe: tau = 0.01 scales logits
-    # by 100, and a fresh head at 1e-3 overshoots and the loss climbs (tests/train/test_sgopt_loss.py)
-    optimizer=partial(torch.optim.AdamW, betas=(0.9, 0.9), weight_decay=0.0),
-    safe_head_lr=SGOPT_HEAD_LR,
-    description="self-guided contrastive (frozen BERT_F)",
-    title="SG-OPT (self-guided contrastive)",
-    citation=paper_citation("kim-etal-2021-self"),
-)
+def optimizer(groups: list[dict]) -> torch.optim.Optimizer:
+    """The paper's AdamW, beta2 = 0.9 and no weight decay, over the parameter groups."""
+    return torch.optim.AdamW(groups, betas=(0.9, 0.9), weight_decay=0.0)

@@ -254,7 +254,7 @@ def plugins() -> None:
     from viewmill.augment.engines import ENGINES
     from viewmill.augment.ingest.readers import READERS
     from viewmill.train.evaluation.sts import STS_FORMATS
-    from viewmill.train.objectives import OBJECTIVES
+    from viewmill.train.objective_catalog import OBJECTIVES
 
     try:
         for registry in (AUGMENTERS, ENGINES, OBJECTIVES, READERS, STS_FORMATS):

@@ -1,4 +1,6 @@
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,26 @@ def test_demo_recipe_is_valid_and_its_paths_resolve():
     assert all(f.is_file() for f in recipe.corpus.files)
     assert all(t.path.is_file() for t in recipe.evaluate.tasks)
     assert recipe.train.encoder == "embedded:all-MiniLM-L6-v2"
+
+
+# Loads recipes with train sections (and every built-in objective's defaults), then names torch if it came in.
+WITHOUT_TORCH = """
+import sys
+from viewmill.pipelines.recipe import load_recipe
+from viewmill.train.config import OBJECTIVES, TrainConfig
+load_recipe("recipes/demo.yaml")
+load_recipe("recipes/combined.yaml")
+for name in OBJECTIVES.builtin_names():
+    TrainConfig(objective=name)
+print("torch" in sys.modules)
+"""
+
+
+def test_validating_a_recipes_train_section_does_not_import_torch():
+    # every `viewmill` command that reads a recipe would pay ~1 s for torch before doing anything
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def _write(tmp_path, text):

@@ -8,8 +8,8 @@ from viewmill.train.assembly import prepare
 from viewmill.train.batches import tokenize
 from viewmill.train.config import TrainConfig
 from viewmill.train.encoder import resolve_encoder
+from viewmill.train.objective_catalog import SGOPT_HEAD_LR
 from viewmill.train.optimisation import make_optimizer, train_step
-from viewmill.train.sgopt import SGOPT_HEAD_LR
 
 from tests.conftest import SENTENCES
 
