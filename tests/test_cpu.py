@@ -75,7 +75,7 @@ def _translate(model, env: dict[str, str]) -> tuple[list, str]:
     return json.loads(done.stdout), done.stderr
 
 
-def test_the_chosen_code_path_gives_the_outputs_of_the_avx2_path_and_is_logged(tmp_path):
+def test_the_chosen_code_path_agrees_with_the_avx2_path_and_is_logged(tmp_path):
     if not cpu_flags() >= AVX512_FLAGS:
         pytest.skip(f"this CPU has no AVX-512 (flags: {flags_label()}): only the AVX2 path exists here")
     model = build_tiny_marian(tmp_path / "marian", SENTENCES * 3)
@@ -84,4 +84,8 @@ def test_the_chosen_code_path_gives_the_outputs_of_the_avx2_path_and_is_logged(t
     assert "CTranslate2 CPU code path: AVX512 (the CPU reports avx512bw" in log
     avx2, log = _translate(model, env | {"CT2_FORCE_CPU_ISA": "AVX2"})
     assert "CTranslate2 CPU code path: AVX2 (CT2_FORCE_CPU_ISA=AVX2 set by the user)" in log
-    assert chosen == avx2 and all(hyps[0] for hyps in chosen)
+    # int8 products differ by ISA (AVX2's u8s8 pairs saturate at 16 bits, VNNI's do not), so a
+    # random model's near-tied beams may break differently (1 of 20 on an AMD EPYC with VNNI);
+    # a broken path would disagree on most.
+    same = sum(a == b for a, b in zip(chosen, avx2, strict=True))
+    assert all(hyps[0] for hyps in chosen) and same >= 0.75 * len(SENTENCES), (same, chosen, avx2)
