@@ -11,6 +11,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Training's precision `auto` is bf16 on CPUs with native bf16: pinned, every test trains and
+# compares figures in fp32 on every machine (tests of `auto` itself unpin it).
+os.environ["VIEWMILL_AUTO_PRECISION"] = "fp32"
 # Prefect reads its settings at import: keep its home out of the user's and telemetry off.
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="viewmill-prefect-")
 os.environ["DO_NOT_TRACK"] = "1"

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REPO, SENTENCES
 from tests.tiny_mt import build_tiny_marian
-from viewmill.cpu import AVX512_FLAGS, choose_ct2_isa, cpu_flags, cpu_has_bf16, flags_label
+from viewmill.cpu import AVX512_FLAGS, auto_precision, choose_ct2_isa, cpu_flags, cpu_has_bf16, flags_label
 
 AVX2_ONLY = frozenset({"sse4_1", "avx", "avx2", "fma"})
 
@@ -89,3 +89,23 @@ def test_the_chosen_code_path_agrees_with_the_avx2_path_and_is_logged(tmp_path):
     # a broken path would disagree on most.
     same = sum(a == b for a, b in zip(chosen, avx2, strict=True))
     assert all(hyps[0] for hyps in chosen) and same >= 0.75 * len(SENTENCES), (same, chosen, avx2)
+
+
+@pytest.mark.parametrize(
+    ("device", "flags", "environ", "expected"),
+    [
+        ("cpu", {"avx2", "avx512f", "avx512_bf16"}, {}, "bf16"),  # AVX-512 BF16 (an AMD EPYC here)
+        ("cpu", {"avx2", "amx_bf16"}, {}, "bf16"),  # AMX
+        ("cpu", {"avx2", "avx512f", "avx512_vnni"}, {}, "fp32"),  # no native bf16
+        ("cuda:0", {"avx2", "avx512_bf16"}, {}, "fp32"),  # GPUs keep fp32 (bf16 was slower at 32 pairs a step)
+        ("cpu", {"avx2", "avx512_bf16"}, {"VIEWMILL_AUTO_PRECISION": "fp32"}, "fp32"),  # pinned
+        ("cpu", {"avx2"}, {"VIEWMILL_AUTO_PRECISION": "bf16"}, "bf16"),
+    ],
+)
+def test_training_precision_auto_follows_native_bf16_and_a_pin_wins(device, flags, environ, expected):
+    assert auto_precision(device, frozenset(flags), environ) == expected
+
+
+def test_a_bad_precision_pin_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="VIEWMILL_AUTO_PRECISION=half: set it to fp32 or bf16"):
+        auto_precision("cpu", frozenset(), {"VIEWMILL_AUTO_PRECISION": "half"})

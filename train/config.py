@@ -105,7 +105,11 @@ class TrainConfig(Spec):
     )
     seed: Seed = 13
     device: str = "cpu"
-    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="autocast dtype; fp16 adds loss scaling")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="autocast dtype; auto: bf16 on a CPU with native bf16 (avx512_bf16, amx_bf16), fp32 elsewhere "
+        "(VIEWMILL_AUTO_PRECISION pins it); fp16 adds loss scaling",
+    )
 
     @model_validator(mode="before")
     @classmethod

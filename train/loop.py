@@ -28,6 +28,7 @@ from viewmill.train.objectives import OBJECTIVES
 from viewmill.train.optimisation import make_optimizer, train_step
 from viewmill.train.selection import DevScore, evaluates_at, patience_spent, record_dev, score_dev, select_weights
 
+from viewmill.cpu import auto_precision
 from viewmill.memory import release_freed_memory
 
 
@@ -127,6 +128,8 @@ def _fit(
     pairs, base_model, config, out_dir, checkpoint_dir, *, card, keys, dev, phase, on_step, on_trained
 ) -> TrainReport:
     device = distributed.init_from_environment(config.device)
+    if config.precision == "auto":  # resolved where the device is known; the manifest keeps what ran
+        config = config.model_copy(update={"precision": auto_precision(device)})
     if config.batch_size % distributed.world_size():
         raise ValueError(f"batch_size {config.batch_size} must divide evenly over {distributed.world_size()} ranks")
     seed_everything(config.seed)

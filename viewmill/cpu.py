@@ -20,6 +20,8 @@ AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512
 CT2_ISA_ENV = "CT2_FORCE_CPU_ISA"
 # Native bf16 arithmetic (AVX-512 BF16 dot products, AMX tiles): where bf16 autocast can pay on CPU.
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# What training's precision `auto` means, pinned (fp32 or bf16): the same figures on every machine.
+AUTO_PRECISION_ENV = "VIEWMILL_AUTO_PRECISION"
 
 
 def cpu_cores() -> int:
@@ -52,6 +54,19 @@ def flags_label(flags: frozenset[str] | None = None) -> str:
 def cpu_has_bf16(flags: frozenset[str] | None = None) -> bool:
     """Whether the CPU computes in bf16 natively (avx512_bf16 or amx_bf16), whatever its vendor."""
     return bool((cpu_flags() if flags is None else flags) & BF16_FLAGS)
+
+
+def auto_precision(device: str, flags: frozenset[str] | None = None, environ: Mapping[str, str] = os.environ) -> str:
+    """Training's autocast precision where a recipe leaves it at `auto`: bf16 on a CPU that
+    computes in bf16 natively (a step of the demo's training 2.4x faster, the same STS-B dev:
+    BENCHMARKS.md), fp32 elsewhere (GPUs included: at 32 pairs a step bf16 was slower there).
+    VIEWMILL_AUTO_PRECISION pins it."""
+    pinned = environ.get(AUTO_PRECISION_ENV)
+    if pinned:
+        if pinned not in ("fp32", "bf16"):
+            raise ValueError(f"{AUTO_PRECISION_ENV}={pinned}: set it to fp32 or bf16, or unset it")
+        return pinned
+    return "bf16" if device.split(":")[0] == "cpu" and cpu_has_bf16(flags) else "fp32"
 
 
 @dataclass(frozen=True)

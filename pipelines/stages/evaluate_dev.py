@@ -15,6 +15,8 @@ from viewmill.train.encoder import load_sentence_model
 from viewmill.train.evaluation.sts import StsTask, load_task, model_scores
 from viewmill.train.manifest import read_manifest
 
+from viewmill.cpu import auto_precision
+
 # The batch size training's dev scoring encodes with (model_scores' own default).
 DEV_BATCH_SIZE = inspect.signature(model_scores).parameters["batch_size"].default
 
@@ -25,7 +27,8 @@ def reusable_dev_scores(
 ) -> dict[str, dict[str, float]]:  # fmt: skip
     """{"trained" | "start": {evaluate task name: score}} for the tasks whose dev score of the
     exported state (and of step 0, for the start) may stand for the stage's own scoring."""
-    if not (spec.eval_every and spec.precision == "fp32" and spec.device == "cpu" and batch_size == DEV_BATCH_SIZE):
+    precision = auto_precision(spec.device) if spec.precision == "auto" else spec.precision
+    if not (spec.eval_every and precision == "fp32" and spec.device == "cpu" and batch_size == DEV_BATCH_SIZE):
         return {}
     manifest = read_manifest(Path(trained_path))
     per_task = (manifest.get("report") or {}).get("dev_task_evals") or {}

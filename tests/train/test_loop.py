@@ -28,6 +28,19 @@ def test_training_changes_the_encoder_and_exports_a_loadable_model(tmp_path, tin
     assert not torch.allclose(torch.tensor(after), torch.tensor(before))
 
 
+@pytest.mark.parametrize("pinned", ["bf16", "fp32"])
+def test_precision_auto_is_resolved_where_training_runs_and_the_manifest_keeps_what_ran(
+    tmp_path, tiny_model, monkeypatch, pinned
+):
+    monkeypatch.setenv("VIEWMILL_AUTO_PRECISION", pinned)  # what auto_precision would pick on such a CPU
+    pairs = [(s, s.replace("a ", "the ", 1)) for s in SENTENCES]
+    config = TrainConfig(steps=2, batch_size=8, objective="infonce", encoder_lr=1e-3)
+    assert config.precision == "auto"
+    train_model(pairs, str(tiny_model), config, tmp_path / "model", card={})
+    manifest = json.loads((tmp_path / "model" / MANIFEST).read_text())
+    assert manifest["train_config"]["precision"] == pinned
+
+
 def test_training_is_reproducible_with_a_fixed_seed(tmp_path, tiny_model):
     from sentence_transformers import SentenceTransformer
 
