@@ -42,6 +42,7 @@ from viewmill.train.loop import TrainReport, train_model, training_code_fingerpr
 from viewmill.train.objectives import OBJECTIVES
 from viewmill.train.selection import DevScore
 
+from viewmill.cpu import auto_precision
 from viewmill.memory import release_freed_memory
 
 
@@ -64,6 +65,8 @@ def model_id_for(spec: TrainSpec, content_hash: str) -> str:
     task (name, weight, settings, the bytes it reads, its scoring code) and training code."""
     base = resolve_encoder(spec.encoder)
     config = spec.model_dump(exclude={"encoder", "dev"})
+    if config["precision"] == "auto":  # what this machine will run: a bf16 model is no fp32 one
+        config["precision"] = auto_precision(spec.device)
     dev = [(task.name, task.weight, task_data_hash(task)) for task in spec.dev_tasks]
     return fingerprint(content_hash, config, encoder_fingerprint(base), dev, training_code_fingerprint())
 

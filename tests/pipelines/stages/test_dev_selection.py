@@ -94,6 +94,19 @@ def test_the_model_id_covers_every_dev_file_weight_and_the_rule(tmp_path, tiny_r
     assert model_id() != base, "the bytes of the second dev task's files"
 
 
+def test_the_model_id_covers_the_precision_auto_resolves_to(tiny_recipe, monkeypatch):
+    recipe = _recipe(tiny_recipe)
+
+    def model_id(pinned: str, *settings: str) -> str:
+        monkeypatch.setenv("VIEWMILL_AUTO_PRECISION", pinned)
+        return model_id_for(load_recipe(recipe, list(settings)).train, "pairs-hash")
+
+    # A bf16 model is not reused where fp32 would run; auto and the precision it resolves to are one model.
+    assert model_id("fp32") != model_id("bf16")
+    assert model_id("bf16") == model_id("fp32", "train.precision=bf16")
+    assert model_id("fp32") == model_id("bf16", "train.precision=fp32")
+
+
 def test_the_dev_scorer_gives_each_task_and_their_weighted_mean(tmp_path, tiny_recipe, tiny_model):
     dev = "train.dev=" + json.dumps([STSB_DEV, {**EN_EN, "weight": 3}])
     tasks = load_recipe(_recipe(tiny_recipe), [dev]).train.dev_tasks
