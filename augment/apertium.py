@@ -80,8 +80,8 @@ class ApertiumEngine:
     The direction's pipeline (the mode file's programs, in null-flush mode) starts once and
     stays up; each batch is deformatted with `apertium-destxt`, and each sentence goes through
     the pipeline as its own NUL-ended block (all of them in one write), read back up to as many
-    NULs and reformatted with `apertium-retxt`: each sentence's output is that of
-    `apertium -u <mode>` on that sentence alone, without restarting a dozen programs per batch.
+    NULs and reformatted with `apertium-retxt`: the steps of `apertium -u <mode>`, sentence by
+    sentence, without restarting a dozen programs per batch.
     Text mode keeps final punctuation (line mode drops it); the output is checked to have
     exactly one line per input. The decoding spec does not change anything.
 
@@ -89,8 +89,10 @@ class ApertiumEngine:
     line (a line without final punctuation lent words to the next), so a view depended on its
     batch, hence on time-sized commits (2-6% of the demo's round trips). A NUL flush ends the
     transfer's sentence, so the batch no longer matters; the tagger still carries a sentence's
-    last tags into the next one's first word (the HMM tagger does not reset on a flush), so a
-    translation can depend on the texts the pipeline translated before it: the shard's order,
+    state into the next sentence (the HMM tagger does not reset on a flush: 17 of 300 of the
+    demo's ca>en round trips differ from `apertium -u` on the sentence alone, 0 of 300 en>es;
+    a fixed sentence sent before each one does not remove it), so a translation can depend on
+    the texts the pipeline translated before it: the shard's order,
     the translation cache's hits, a restart. The cache keeps the first translation made, so
     reruns and resumed runs never change a stored view.
     """
@@ -159,7 +161,7 @@ class ApertiumEngine:
         return proc.stdout
 
     def _round(self, blocks: list[bytes]) -> list[bytes]:
-        """Each block through the pipeline on its own (a NUL after each flushes and resets it)."""
+        """Each block through the pipeline on its own (a NUL after each flushes it and ends its sentence)."""
         pipeline = self._start()
         assert pipeline.stdin is not None and pipeline.stdout is not None
         payload = b"".join(block + b"\0" for block in blocks)

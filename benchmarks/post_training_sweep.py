@@ -31,7 +31,9 @@ import pyarrow.parquet as pq
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from train_steps import train_fields  # benchmarks/train_steps.py
 from viewmill.train.config import TrainConfig
 from viewmill.train.dev_scores import DevResult
 from viewmill.train.encoder import load_sentence_model
@@ -54,7 +56,7 @@ def recipe_tasks(recipe: dict, data: Path) -> tuple[dict, dict, dict, dict]:
         return StsTask(**fields, path=data / path.removeprefix("data:"))
 
     train = recipe["train"]
-    base = {k: v for k, v in train.items() if k in TrainConfig.model_fields and k != "encoder"}
+    base = train_fields(recipe)
     dev = {entry["name"]: concatenated(load_task(task(entry))) for entry in train.get("dev", [])}
     weights = {entry["name"]: float(entry.get("weight", 1.0)) for entry in train.get("dev", [])}
     tests = {entry["name"]: concatenated(load_task(task(entry))) for entry in recipe["evaluate"]["tasks"]}

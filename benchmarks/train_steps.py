@@ -33,13 +33,17 @@ from viewmill.train.config import TrainConfig
 from viewmill.train.step_timing import time_training
 
 
+def train_fields(recipe: dict) -> dict:
+    """A recipe's train settings that TrainConfig takes (the encoder is given apart; dev tasks
+    are the recipe schema's, not TrainConfig's)."""
+    return {k: v for k, v in recipe["train"].items() if k in TrainConfig.model_fields and k != "encoder"}
+
+
 def recipe_training(path: Path) -> tuple[TrainConfig, int]:
-    """The recipe's train section as a TrainConfig (its dev tasks and selection left out: plan
-    times steps, not scoring) and the hard negatives per pair its pairs carry."""
+    """The recipe's train section as a TrainConfig and the hard negatives per pair its pairs carry."""
     recipe = yaml.safe_load(path.read_text())
-    fields = {k: v for k, v in recipe["train"].items() if k in TrainConfig.model_fields and k not in ("dev", "encoder")}
     negatives = (recipe.get("pair") or {}).get("negatives") or {}
-    return TrainConfig(**fields), int(negatives.get("per_anchor", 0)) if negatives else 0
+    return TrainConfig(**train_fields(recipe)), int(negatives.get("per_anchor", 0)) if negatives else 0
 
 
 def demo_pairs(count: int, negatives: int) -> pa.Table:
