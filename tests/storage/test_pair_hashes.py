@@ -5,7 +5,7 @@ import random
 import pyarrow as pa
 import pytest
 from viewmill.storage.ids import canonical_json, fingerprint, text_hash
-from viewmill.storage.pair_hashes import block_json, pair_ids
+from viewmill.storage.pair_hashes import block_json, pair_ids, pairs_content_hash
 
 # Characters JSON escapes or could be tempted to: controls, quotes, backslash, DEL, C1, line and
 # paragraph separators, BOM, astral characters.
@@ -54,3 +54,38 @@ def test_a_block_of_strings_needing_no_escapes_is_canonical_json():
         assert block_json(batch) == canonical_json(columns).encode("utf-8")
     empty = pa.record_batch({"text": pa.array([], pa.string())})
     assert block_json(empty) == canonical_json([[]]).encode("utf-8")
+
+
+def test_a_block_of_quotes_and_backslashes_without_controls_is_canonical_json():
+    rng = random.Random(13)
+    printable = [c for c in TRICKY if c >= " "] + list('ab\\"')
+    for string_type in (pa.string(), pa.large_string()):
+        for _ in range(100):
+            texts = ["".join(rng.choice(printable) for _ in range(rng.randint(0, 9))) for _ in range(30)]
+            if rng.random() < 0.5:  # half with nulls (orjson's path), half without (written from bytes)
+                texts = [None if rng.random() < 0.1 else text for text in texts]
+            batch = pa.record_batch({"text": pa.array(texts, string_type), "lang": pa.nulls(30)})
+            assert block_json(batch) == canonical_json([texts, [None] * 30]).encode("utf-8")
+
+
+def test_blocks_sliced_from_one_table_are_canonical_json():
+    rng = random.Random(17)
+    texts = ['say "' + str(rng.random()) + '" \\ ok' for _ in range(1000)]
+    table = pa.table({"text": texts, "rank": list(range(1000))})
+    start = 0
+    for batch in table.to_batches(max_chunksize=300):
+        rows = slice(start, start + batch.num_rows)
+        assert block_json(batch) == canonical_json([texts[rows], list(range(1000))[rows]]).encode("utf-8")
+        start += batch.num_rows
+
+
+def test_the_content_hash_is_the_same_whatever_order_the_pairs_come_in():
+    rng = random.Random(19)
+    ids = [text_hash(str(i)) for i in range(300)]
+    pairs = pa.table({"pair_id": ids, "sentence_id": ids, "text_a": [_text(rng) for _ in ids],
+                      "text_b": ["b"] * 300, "lang_a": ["en"] * 300, "lang_b": [None] * 300})  # fmt: skip
+    ascending = pairs.sort_by("pair_id")
+    shuffled = pairs.take(pa.array(rng.sample(range(300), 300)))
+    descending = pairs.sort_by([("pair_id", "descending")])
+    hashes = {pairs_content_hash("r", table) for table in (pairs, ascending, shuffled, descending)}
+    assert len(hashes) == 1
