@@ -6,9 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from viewmill.paths import resolve_user_path
+from viewmill.paths import PathError, resolve_user_path
 
 STATE_ENV = "VIEWMILL_HOME"
+STATE_ENV_ALIAS = "VIEWMILL_STATE_DIR"  # the settings' own name for it, honoured too
 DEFAULT_STATE = ".viewmill"
 
 
@@ -18,7 +19,7 @@ class StatePaths:
 
     @classmethod
     def resolve(cls, state_dir: Path | str | None = None) -> StatePaths:
-        chosen = state_dir or os.environ.get(STATE_ENV) or DEFAULT_STATE
+        chosen = state_dir or _state_from_environment() or DEFAULT_STATE
         return cls(resolve_user_path(chosen, "state directory", f"point --state-dir (or {STATE_ENV}) at a folder"))
 
     @property
@@ -46,3 +47,15 @@ class StatePaths:
     @property
     def prefect_home(self) -> Path:
         return self.root / "prefect"
+
+
+def _state_from_environment() -> str | None:
+    """$VIEWMILL_HOME, or $VIEWMILL_STATE_DIR; refused when both are set to different folders,
+    rather than one of them silently ignored."""
+    home, alias = os.environ.get(STATE_ENV), os.environ.get(STATE_ENV_ALIAS)
+    if home and alias and Path(home).expanduser().resolve() != Path(alias).expanduser().resolve():
+        raise PathError(
+            f"{STATE_ENV} ({home}) and {STATE_ENV_ALIAS} ({alias}) name different state folders: unset one, "
+            "or pass --state-dir"
+        )
+    return home or alias

@@ -5,12 +5,15 @@ import os
 import subprocess
 import sys
 
+import pytest
 from pydantic import SecretStr
 from typer.testing import CliRunner
 from viewmill.pipelines.cli.app import app
+from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import open_lake
 
 from tests.conftest import REPO
+from viewmill.paths import PathError
 from viewmill.settings import Settings
 
 
@@ -23,7 +26,11 @@ def test_settings_come_from_viewmill_variables(monkeypatch, tmp_path):
     settings = Settings()
     assert settings.state_root == (tmp_path / "home").resolve()
     assert settings.catalog_spec() == "postgres:dbname=lake password=hunter2"
-    assert (settings.dask, settings.results, settings.data_path) == ("local:2", "s3://bucket/results", "s3://bucket/lake/")
+    assert (settings.dask, settings.results, settings.data_path) == (
+        "local:2",
+        "s3://bucket/results",
+        "s3://bucket/lake/",
+    )
     assert "hunter2" not in repr(settings) and "hunter2" not in settings.model_dump_json()
 
 
@@ -58,3 +65,15 @@ def test_the_task_runner_is_not_chosen_at_import(tmp_path):
     code = "from viewmill.pipelines.orchestration import flows; print(type(flows.recipe_flow.task_runner).__name__)"
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ThreadPoolTaskRunner"
+
+
+def test_the_state_folder_comes_from_either_variable_and_a_conflict_is_refused(monkeypatch, tmp_path):
+    monkeypatch.delenv("VIEWMILL_HOME", raising=False)
+    monkeypatch.setenv("VIEWMILL_STATE_DIR", str(tmp_path / "state"))
+    assert StatePaths.resolve().root == (tmp_path / "state").resolve()
+    monkeypatch.setenv("VIEWMILL_HOME", str(tmp_path / "state"))
+    assert StatePaths.resolve().root == (tmp_path / "state").resolve()
+    monkeypatch.setenv("VIEWMILL_HOME", str(tmp_path / "home"))
+    with pytest.raises(PathError, match="VIEWMILL_HOME .* and VIEWMILL_STATE_DIR .* name different state folders"):
+        StatePaths.resolve()
+    assert StatePaths.resolve(tmp_path / "flag").root == (tmp_path / "flag").resolve()  # the flag wins
