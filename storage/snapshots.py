@@ -41,20 +41,26 @@ PAIRING_READS = ("corpus_versions", "corpus_members", "views")  # tables whose f
 
 def _candidate_pairs(lake: Lake, corpus_version: str, pairings: Sequence[tuple[str, str]]) -> pa.Table:
     """Every pairing's (a, b) kept views of each sentence of the corpus version, by sentence and
-    views (one plain join per pairing: a join against a table of pairings cost a third more;
-    DuckDB orders them on every core, where Arrow's sort takes one)."""
-    one_pairing = """
-        SELECT a.sentence_id, a.view_id AS view_a_id, b.view_id AS view_b_id,
-               a.text AS text_a, b.text AS text_b, a.lang AS lang_a, b.lang AS lang_b,
-               a.config_hash AS config_a, b.config_hash AS config_b
-        FROM corpus_members s
-        JOIN views a ON a.sentence_id = s.sentence_id AND a.status = 'kept'
-        JOIN views b ON b.sentence_id = s.sentence_id AND b.status = 'kept'
-        WHERE s.corpus_version = ? AND a.config_hash = ? AND b.config_hash = ?
-    """
-    unique = list(dict.fromkeys(pairings))
-    query = " UNION ALL ".join([one_pairing] * len(unique)) + " ORDER BY sentence_id, view_b_id, view_a_id"
-    return lake.arrow(query, [value for a, b in unique for value in (corpus_version, a, b)])
+    views (one plain join per pairing: a join against a table of pairings cost a third more).
+    Arrow sorts them: an ORDER BY in DuckDB, tried, was no faster in the stage (4.5-5.2 s either
+    way at 863k pairs) and raised the stage's peak RSS at 1M sentences from 1.32 to 1.62 GiB."""
+    parts = [
+        lake.arrow(
+            """
+            SELECT a.sentence_id, a.view_id AS view_a_id, b.view_id AS view_b_id,
+                   a.text AS text_a, b.text AS text_b, a.lang AS lang_a, b.lang AS lang_b,
+                   a.config_hash AS config_a, b.config_hash AS config_b
+            FROM corpus_members s
+            JOIN views a ON a.sentence_id = s.sentence_id AND a.status = 'kept'
+            JOIN views b ON b.sentence_id = s.sentence_id AND b.status = 'kept'
+            WHERE s.corpus_version = ? AND a.config_hash = ? AND b.config_hash = ?
+            """,
+            [corpus_version, config_a, config_b],
+        )
+        for config_a, config_b in dict.fromkeys(pairings)
+    ]
+    order = [("sentence_id", "ascending"), ("view_b_id", "ascending"), ("view_a_id", "ascending")]
+    return pa.concat_tables(parts).sort_by(order)
 
 
 def create_pairs_snapshot(
