@@ -147,6 +147,7 @@ class MeaningJudge:
     encoder_identity: str
     embed: Embed
     earlier: tuple[str, ...] = ()
+    precision: str = "fp32"  # the encoder's autocast (bf16 judges' identities say so)
 
     @property
     def identity(self) -> list[Any]:

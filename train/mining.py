@@ -26,6 +26,7 @@ from viewmill.storage.lake import Lake
 from viewmill.storage.negatives import MINED_SOURCE, ROWS, NegativesSpec, candidate_sentences
 from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
 
+from viewmill.cpu import auto_precision
 from viewmill.specs import Seed
 
 if TYPE_CHECKING:  # torch loads where mining runs, not where a recipe is read (2 s)
@@ -109,7 +110,13 @@ class MinedNegatives(NegativesSpec):
         if self._fingerprint is None:
             self._fingerprint = encoder_fingerprint(resolve_encoder(self.encoder))
         controls = self.model_dump(exclude={"source", "encoder", "chunk_size", "batch_size", "device"})
-        return {"encoder": self.encoder, "fingerprint": self._fingerprint, **controls, "range_max": self.window_end()}
+        key = {"encoder": self.encoder, "fingerprint": self._fingerprint, **controls, "range_max": self.window_end()}
+        # bf16 scores may order near-tied candidates otherwise; fp32 keys stay what they were.
+        return key if self.precision() == "fp32" else {**key, "precision": self.precision()}
+
+    def precision(self) -> str:
+        """The encoder's autocast: `auto` resolved as training resolves it for this device."""
+        return auto_precision(self.device)
 
     def negatives(self, lake: Lake, pairs: pa.Table, corpus_version: str) -> pa.Table:
         candidates = candidate_sentences(lake, pairs, corpus_version, self.candidates)
@@ -127,8 +134,12 @@ class MinedNegatives(NegativesSpec):
         return _rows(pairs["pair_id"].to_pylist(), chosen, candidates, miner)
 
     def _encode(self, texts: list[str]) -> torch.Tensor:
+        import torch
+
         model = load_sentence_model(resolve_encoder(self.encoder), device=self.device)
-        vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_tensor=True)
+        bf16 = self.precision() == "bf16"
+        with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=bf16):
+            vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_tensor=True)
         return vectors.detach().float().cpu().contiguous()
 
 

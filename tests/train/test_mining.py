@@ -160,3 +160,23 @@ def test_the_index_is_chosen_by_corpus_size_and_the_window_must_hold_the_negativ
         MinedNegatives(source="mined", per_anchor=5, range_min=3, range_max=6)
     with pytest.raises(ValidationError, match=r"range_max \(2\) must be larger than range_min \(4\)"):
         MinedNegatives(source="mined", range_min=4, range_max=2)
+
+
+def test_a_bf16_miners_reuse_key_says_so_and_an_fp32_key_is_unchanged(monkeypatch):
+    spec = MinedNegatives(source="mined")
+    spec._fingerprint = "weights"
+    monkeypatch.setenv("VIEWMILL_AUTO_PRECISION", "fp32")
+    plain = spec.reuse_key()
+    assert "precision" not in plain and spec.precision() == "fp32"
+    monkeypatch.setenv("VIEWMILL_AUTO_PRECISION", "bf16")
+    assert spec.reuse_key() == {**plain, "precision": "bf16"}  # a bf16 miner never reuses fp32 negatives
+
+
+def test_a_bf16_miner_encodes_close_to_fp32(monkeypatch):
+    texts = ["A man is playing a guitar.", "Someone plays the guitar.", "A dog runs in the park."]
+    spec = MinedNegatives(source="mined")
+    monkeypatch.setenv("VIEWMILL_AUTO_PRECISION", "fp32")
+    full = spec._encode(texts)
+    monkeypatch.setenv("VIEWMILL_AUTO_PRECISION", "bf16")
+    half = spec._encode(texts)
+    assert half.dtype == torch.float32 and (full * half).sum(1).min() > 0.99 and not torch.equal(full, half)
