@@ -12,6 +12,8 @@ from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.stages import augment as stage
 from viewmill.pipelines.state import StatePaths
 
+from tests.pipelines.stages.test_meaning_embeds_once import RECIPE
+
 TEXTS = ["A man is playing a guitar.", "Someone plays the guitar.", "A dog runs in the park.",
          "Un perro corre en el parque.", "Two children are eating lunch outside.", "The sky is blue."]  # fmt: skip
 
@@ -46,15 +48,7 @@ def test_auto_follows_the_pin_and_an_explicit_precision_wins(monkeypatch):
 
 def test_shard_jobs_carry_the_plans_precision(tmp_path):
     (tmp_path / "corpus.txt").write_text("one sentence here\n", encoding="utf-8")
-    recipe = """
-name: order
-corpus: {files: [corpus.txt]}
-augmenters:
-  - {name: same, method: identity}
-  - {name: again, method: identity}
-pair: {view_a: same, view_b: again}
-filters: {meaning: {encoder: embedded:all-MiniLM-L6-v2}}
-"""
+    recipe = RECIPE + "filters: {meaning: {encoder: embedded:all-MiniLM-L6-v2}}\n"
     (tmp_path / "order.yaml").write_text(recipe, encoding="utf-8")
     ctx = RunContext(load_recipe(tmp_path / "order.yaml"), StatePaths(tmp_path / "state"))
     plan = stage.AugmentPlan({"same": "h1", "again": "h2"}, [Shard(0, 2)], "s", "e", meaning_precision="bf16")
