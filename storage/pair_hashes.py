@@ -68,10 +68,11 @@ def block_json(batch: pa.RecordBatch) -> bytes:
 def _column_json(column: pa.Array) -> bytes:
     """One column's JSON list: a string column with no nulls and no control characters is
     written from its bytes (twice as fast as Python strings for texts); any other by orjson."""
-    if pa.types.is_string(column.type) and not column.null_count:
-        offsets = np.frombuffer(column.buffers()[1], np.int32, len(column) + 1, column.offset * 4)
-        data = np.frombuffer(column.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
-        if len(column) and not (data < 0x20).any():  # UTF-8 multi-byte sequences hold no byte < 0x80
+    buffers = column.buffers()
+    if pa.types.is_string(column.type) and not column.null_count and len(column) and buffers[2] is not None:
+        offsets = np.frombuffer(buffers[1], np.int32, len(column) + 1, column.offset * 4)
+        data = np.frombuffer(buffers[2], np.uint8)[offsets[0] : offsets[-1]]
+        if not (data < 0x20).any():  # UTF-8 multi-byte sequences hold no byte < 0x80
             return _strings_json(data, offsets - offsets[0])
     return orjson.dumps(column.to_pylist())
 

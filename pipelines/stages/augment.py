@@ -82,7 +82,7 @@ def meaning_judge(spec: MeaningSpec | None, precision: str | None = None) -> Mea
     with the process's cache of its embeddings (each distinct text embedded once: `EmbeddingCache`).
 
     `precision` is the encoder's: None resolves `auto` as training does (bf16 autocast on a CPU
-    with native bf16, 2.3x the texts a second there; fp32 elsewhere). Cosines in bf16 differ in
+    with native bf16, 2.8x the texts a second there; fp32 elsewhere). Cosines in bf16 differ in
     their last digits, so a bf16 judge's identity (and with it the views' configuration) differs;
     an fp32 judge's is what it always was. Shard workers are handed the plan's precision."""
     if spec is None:
