@@ -101,3 +101,14 @@ def load_sentence_model(resolved: str, device: str = "cpu", pooling: str | None 
     transformer = model[0]
     dim = transformer.get_embedding_dimension()
     return SentenceTransformer(modules=[transformer, Pooling(dim, pooling_mode=pooling)], device=device)
+
+
+def encode_in(model, texts: list[str], precision: str, device: str = "cpu", **options):
+    """`model.encode(texts, convert_to_tensor=True, ...)` under `precision`'s autocast ("bf16",
+    or "fp32": none), as one float32 tensor on the CPU: what the meaning filter and the miner
+    both embed with, so `auto`'s bf16 reaches them the one way."""
+    import torch
+
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        vectors = model.encode(texts, convert_to_tensor=True, show_progress_bar=False, **options)
+    return torch.as_tensor(vectors).detach().float().cpu().contiguous()  # as_tensor: a model that returns arrays

@@ -24,7 +24,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
 from viewmill.storage.negatives import MINED_SOURCE, ROWS, NegativesSpec, candidate_sentences
-from viewmill.train.encoder import encoder_fingerprint, load_sentence_model, resolve_encoder
+from viewmill.train.encoder import encode_in, encoder_fingerprint, load_sentence_model, resolve_encoder
 
 from viewmill.cpu import auto_precision
 from viewmill.specs import Seed
@@ -134,13 +134,10 @@ class MinedNegatives(NegativesSpec):
         return _rows(pairs["pair_id"].to_pylist(), chosen, candidates, miner)
 
     def _encode(self, texts: list[str]) -> torch.Tensor:
-        import torch
-
         model = load_sentence_model(resolve_encoder(self.encoder), device=self.device)
-        bf16 = self.precision() == "bf16"
-        with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=bf16):
-            vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_tensor=True)
-        return vectors.detach().float().cpu().contiguous()
+        return encode_in(
+            model, texts, self.precision(), self.device, batch_size=self.batch_size, normalize_embeddings=True
+        )
 
 
 @dataclass(frozen=True)

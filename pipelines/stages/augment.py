@@ -33,7 +33,13 @@ from viewmill.pipelines.stages.shard_lakes import keeping_lakes, shard_lake
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import open_lake
 from viewmill.storage.maintenance import tidy_after_run
-from viewmill.train.encoder import EncoderError, encoder_fingerprint, load_sentence_model, resolve_encoder
+from viewmill.train.encoder import (
+    EncoderError,
+    encode_in,
+    encoder_fingerprint,
+    load_sentence_model,
+    resolve_encoder,
+)
 
 from viewmill.cpu import auto_precision
 from viewmill.settings import Settings
@@ -99,13 +105,7 @@ def meaning_judge(spec: MeaningSpec | None, precision: str | None = None) -> Mea
         model = load_sentence_model(path)
 
         def encode(texts: list[str]) -> np.ndarray:
-            if precision == "fp32":
-                return model.encode(texts, batch_size=EMBED_BATCH, convert_to_numpy=True, show_progress_bar=False)
-            import torch
-
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                vectors = model.encode(texts, batch_size=EMBED_BATCH, convert_to_tensor=True, show_progress_bar=False)
-            return vectors.float().numpy()
+            return encode_in(model, texts, precision, batch_size=EMBED_BATCH).numpy()
 
         return EmbeddingCache(encode)
 
