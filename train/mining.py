@@ -13,18 +13,18 @@ from a faiss HNSW index (approximate) for large corpora.
 from __future__ import annotations
 
 import logging
-import random
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, model_validator
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
 from viewmill.storage.negatives import MINED_SOURCE, ROWS, NegativesSpec, candidate_sentences
 from viewmill.train.encoder import encode_in, encoder_fingerprint, load_sentence_model, resolve_encoder
+from viewmill.train.negative_search import Exclusion, Mined, Rows, mine
 
 from viewmill.cpu import auto_precision
 from viewmill.specs import Seed
@@ -35,12 +35,7 @@ if TYPE_CHECKING:  # torch loads where mining runs, not where a recipe is read (
 log = logging.getLogger(__name__)
 
 AUTO_FAISS_CANDIDATES = 100_000  # index: auto searches an HNSW index from this many candidates on
-HNSW_NEIGHBOURS = 32  # faiss HNSW's M: links per vector
-HNSW_EF_SEARCH = 128  # the least search breadth (raised to twice the results asked for)
-NO_SCORE = float("-inf")
 MAX_RANK = 10_000_000  # range_min / range_max: a rank among the candidates
-
-Chosen = list[list[tuple[int, float]]]  # per anchor: (candidate index, score), closest first
 
 
 class MinedNegatives(NegativesSpec):
@@ -126,12 +121,13 @@ class MinedNegatives(NegativesSpec):
         index = self.index_for(len(texts.candidates))
         log.info("mining %s negative(s) for %d pairs among %d candidates (%s search)",
                  self.per_anchor, pairs.num_rows, len(texts.candidates), index)  # fmt: skip
-        chosen = mine(
-            vectors[texts.anchor_rows], vectors[texts.positive_rows], vectors[: len(texts.candidates)],
-            exclusion, self, pairs["pair_id"].to_pylist(), index=index,
+        keys = pairs["pair_id"].to_pylist() if self.sampling == "random" else ()  # only draws read them
+        mined = mine(
+            Rows(vectors, texts.anchor_rows), Rows(vectors, texts.positive_rows), vectors[: len(texts.candidates)],
+            exclusion, self, keys, index=index,
         )  # fmt: skip
         miner = canonical_json({**self.reuse_key(), "index": index})
-        return _rows(pairs["pair_id"].to_pylist(), chosen, candidates, miner)
+        return _rows(pairs["pair_id"], mined, candidates, miner)
 
     def _encode(self, texts: list[str]) -> torch.Tensor:
         model = load_sentence_model(resolve_encoder(self.encoder), device=self.device)
@@ -179,142 +175,17 @@ class Texts:
         )
 
 
-@dataclass(frozen=True)
-class Exclusion:
-    """The candidates an anchor may not take: those of its own sentence (the sentence and its
-    views: false negatives by construction) and those with its or its positive's text."""
-
-    anchor_group: torch.Tensor  # [anchors] the anchor's sentence, as a code
-    candidate_group: torch.Tensor  # [candidates] each candidate's sentence, same codes
-    anchor_text: torch.Tensor  # [anchors] the candidate with the anchor's text, -1: none
-    positive_text: torch.Tensor  # [anchors] the candidate with the positive's text, -1: none
-
-    def excluded(self, rows: slice, candidates: torch.Tensor) -> torch.Tensor:
-        """[rows x width]: True where candidate `candidates[..., j]` ([width], or one row per
-        anchor) is off limits to anchor `rows[i]`; index -1 (no candidate) counts as excluded."""
-        picked = candidates if candidates.dim() == 2 else candidates.unsqueeze(0)
-        out = self.candidate_group[picked.clamp(min=0)] == self.anchor_group[rows, None]
-        out |= picked == self.anchor_text[rows, None]
-        out |= picked == self.positive_text[rows, None]
-        return out | (picked < 0)
-
-    def most_per_anchor(self) -> int:
-        """The most candidates any anchor excludes: how many more results an index must return."""
-        import torch
-
-        size = int(max(self.anchor_group.max(), self.candidate_group.max())) + 1
-        per_group = torch.bincount(self.candidate_group, minlength=size)
-        return int(per_group[self.anchor_group].max()) + 2
-
-
-TopK = Callable[["torch.Tensor", "torch.Tensor", int, "Exclusion", int], tuple["torch.Tensor", "torch.Tensor"]]
-
-
-def exact_top_k(
-    anchors: torch.Tensor, candidates: torch.Tensor, k: int, exclusion: Exclusion, chunk_size: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each anchor's k best allowed candidates by dot product: scores [anchors x k], closest
-    first, and their indices (-inf and -1 past the allowed ones). Blocks of chunk_size anchors
-    x chunk_size candidates, merged into a running top-k: at most chunk_size x (chunk_size + k)
-    scores exist at once, however large the corpus."""
-    import torch
-
-    n_anchors, n_candidates = anchors.shape[0], candidates.shape[0]
-    scores = torch.full((n_anchors, k), NO_SCORE)
-    index = torch.full((n_anchors, k), -1, dtype=torch.long)
-    for a0 in range(0, n_anchors, chunk_size):
-        rows = slice(a0, min(a0 + chunk_size, n_anchors))
-        best, best_index = scores[rows, :0], index[rows, :0]
-        for c0 in range(0, n_candidates, chunk_size):
-            columns = torch.arange(c0, min(c0 + chunk_size, n_candidates))
-            block = anchors[rows] @ candidates[c0 : c0 + len(columns)].T
-            block.masked_fill_(exclusion.excluded(rows, columns), NO_SCORE)
-            merged = torch.cat([best, block], dim=1)
-            merged_index = torch.cat([best_index, columns.expand(block.shape[0], -1)], dim=1)
-            best, at = torch.topk(merged, min(k, merged.shape[1]), dim=1)
-            best_index = merged_index.gather(1, at)
-        scores[rows, : best.shape[1]], index[rows, : best.shape[1]] = best, best_index
-    index[scores == NO_SCORE] = -1
-    return scores, index
-
-
-def faiss_top_k(
-    anchors: torch.Tensor, candidates: torch.Tensor, k: int, exclusion: Exclusion, chunk_size: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """exact_top_k's result from a faiss HNSW index (inner product): approximate, for corpora
-    too large to score every anchor against every candidate. It fetches as many extra results
-    as an anchor can have excluded candidates, then drops those."""
-    import faiss
-    import torch
-
-    index = faiss.IndexHNSWFlat(candidates.shape[1], HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
-    index.add(candidates.numpy())
-    fetch = min(candidates.shape[0], k + exclusion.most_per_anchor())
-    index.hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * fetch)
-    n_anchors = anchors.shape[0]
-    scores = torch.full((n_anchors, k), NO_SCORE)
-    found = torch.full((n_anchors, k), -1, dtype=torch.long)
-    for a0 in range(0, n_anchors, chunk_size):
-        rows = slice(a0, min(a0 + chunk_size, n_anchors))
-        block, block_index = (torch.from_numpy(a) for a in index.search(anchors[rows].numpy(), fetch))
-        block.masked_fill_(exclusion.excluded(rows, block_index.long()), NO_SCORE)
-        best, at = torch.topk(block, min(k, fetch), dim=1)
-        scores[rows, : best.shape[1]], found[rows, : best.shape[1]] = best, block_index.long().gather(1, at)
-    found[scores == NO_SCORE] = -1
-    return scores, found
-
-
-SEARCHES: dict[str, TopK] = {"exact": exact_top_k, "faiss": faiss_top_k}
-
-
-def mine(
-    anchors: torch.Tensor,
-    positives: torch.Tensor,
-    candidates: torch.Tensor,
-    exclusion: Exclusion,
-    controls: MinedNegatives,
-    keys: Sequence[str],
-    *,
-    index: str = "exact",
-) -> Chosen:
-    """The negatives of each anchor (unit vectors: dot product is cosine) under `controls`:
-    per anchor, up to per_anchor (candidate index, score), closest first; `keys` (the pair
-    ids) seed random sampling, so a pair's draw never depends on the others."""
-    k = min(controls.window_end(), candidates.shape[0])
-    scores, found = SEARCHES[index](anchors, candidates, k, exclusion, controls.chunk_size)
-    positive = (anchors * positives).sum(dim=1, keepdim=True)
-    window, window_index = scores[:, controls.range_min :], found[:, controls.range_min :]
-    keep = window_index >= 0
-    if controls.max_score is not None:
-        keep &= window <= controls.max_score
-    if controls.absolute_margin is not None:
-        keep &= window + controls.absolute_margin <= positive
-    if controls.relative_margin is not None:
-        keep &= window <= positive - positive.abs() * controls.relative_margin
-    return [
-        _pick([(i, s) for i, s, ok in zip(ids, values, oks, strict=True) if ok], controls, key)
-        for ids, values, oks, key in zip(window_index.tolist(), window.tolist(), keep.tolist(), keys, strict=True)
-    ]
-
-
-def _pick(allowed: list[tuple[int, float]], controls: MinedNegatives, key: str) -> list[tuple[int, float]]:
-    if controls.sampling == "top" or len(allowed) <= controls.per_anchor:
-        return allowed[: controls.per_anchor]
-    drawn = random.Random(f"{controls.seed}:{key}").sample(range(len(allowed)), controls.per_anchor)
-    return [allowed[i] for i in sorted(drawn)]
-
-
-def _rows(pair_ids: list[str], chosen: Chosen, candidates: pa.Table, miner: str) -> pa.Table:
-    picks = [(pair_id, rank, i, score) for pair_id, found in zip(pair_ids, chosen, strict=True)
-             for rank, (i, score) in enumerate(found, start=1)]  # fmt: skip
-    taken = pa.array([i for _, _, i, _ in picks], pa.int64())
+def _rows(pair_ids: pa.ChunkedArray, mined: Mined, candidates: pa.Table, miner: str) -> pa.Table:
+    """The `pair_negatives` rows of what was mined, by pair and rank."""
+    taken = pa.array(mined.candidate, pa.int64())
+    every = pa.array(np.zeros(len(mined.anchor), np.int64))  # one value on every row, as Arrow repeats it
     columns = {
-        "pair_id": [p[0] for p in picks],
-        "rank": [p[1] for p in picks],
+        "pair_id": pair_ids.take(pa.array(mined.anchor, pa.int64())),
+        "rank": pa.array(mined.ranks(), pa.int32()),
         "sentence_id": candidates["sentence_id"].take(taken),
         "text": candidates["text"].take(taken),
-        "source": [MINED_SOURCE] * len(picks),
-        "miner": [miner] * len(picks),
-        "score": [p[3] for p in picks],
+        "source": pa.array([MINED_SOURCE]).take(every),
+        "miner": pa.array([miner]).take(every),
+        "score": pa.array(mined.score.astype(np.float64)),
     }
     return pa.table(columns).cast(ROWS)

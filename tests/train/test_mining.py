@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
-from viewmill.train.mining import AUTO_FAISS_CANDIDATES, Exclusion, MinedNegatives, exact_top_k, mine
+from viewmill.train.mining import AUTO_FAISS_CANDIDATES, MinedNegatives
+from viewmill.train.negative_search import Exclusion, Rows, exact_top_k, mine
 
 N_ANCHORS, N_CANDIDATES, DIM = 40, 90, 12
 
@@ -70,7 +71,7 @@ CONTROLS = [
 def test_mining_matches_the_brute_force_definition(case, controls, chunk_size):
     spec = MinedNegatives(source="mined", chunk_size=chunk_size, **controls)
     keys = [f"p{i}" for i in range(N_ANCHORS)]
-    got = mine(*case, spec, keys)
+    got = mine(*case, spec, keys).chosen()
     expected = brute_force(*case, spec)
     assert [[i for i, _ in row] for row in got] == [[i for i, _ in row] for row in expected]
     assert np.allclose([s for row in got for s in row], [s for row in expected for s in row], atol=1e-5)
@@ -88,19 +89,19 @@ def test_filters_bite_in_this_case(case):
 def test_random_sampling_draws_from_the_allowed_window_stably(case):
     keys = [f"p{i}" for i in range(N_ANCHORS)]
     controls = {"source": "mined", "per_anchor": 3, "range_max": 15, "sampling": "random", "max_score": 0.6}
-    drawn = mine(*case, MinedNegatives(**controls), keys)
+    drawn = mine(*case, MinedNegatives(**controls), keys).chosen()
     allowed = brute_force(*case, MinedNegatives(**{**controls, "sampling": "top", "per_anchor": 15}))
     for row, pool in zip(drawn, allowed, strict=True):
         assert len(row) == min(3, len(pool)) and {i for i, _ in row} <= {i for i, _ in pool}
         assert [s for _, s in row] == sorted((s for _, s in row), reverse=True), "closest first"
-    chunked = mine(*case, MinedNegatives(**controls, chunk_size=5), keys)
+    chunked = mine(*case, MinedNegatives(**controls, chunk_size=5), keys).chosen()
     # The same negatives; their scores may differ in the last float bits (BLAS blocks each chunk's matmul its own way).
     picked = [[i for i, _ in row] for row in chunked]
     assert picked == [[i for i, _ in row] for row in drawn], "chunking never changes a draw"
     assert [[s for _, s in row] for row in chunked] == [pytest.approx([s for _, s in row], abs=1e-6) for row in drawn]
-    assert mine(*case, MinedNegatives(**controls, seed=1), keys) != drawn
+    assert mine(*case, MinedNegatives(**controls, seed=1), keys).chosen() != drawn
     reordered = mine(*(t.flip(0) if t.shape[0] == N_ANCHORS else t for t in case[:3]),
-                     _flipped(case[3]), MinedNegatives(**controls), keys[::-1])  # fmt: skip
+                     _flipped(case[3]), MinedNegatives(**controls), keys[::-1]).chosen()  # fmt: skip
     assert reordered[::-1] == drawn, "a pair's draw depends on its key, not its position"
 
 
@@ -137,6 +138,29 @@ def test_chunked_search_never_holds_the_whole_similarity_matrix():
     assert torch.equal(index, expected_index) and torch.allclose(scores, expected_scores, atol=1e-6)
 
 
+@pytest.mark.parametrize("index", ["exact", "faiss"])
+def test_anchors_picked_from_one_matrix_mine_as_their_copies_do_without_copying_them(index):
+    """The pair stage's layout: one matrix of every text's embedding, anchors and positives
+    picked from it by row (an anchor text repeats across pairs). Gathered a chunk at a time,
+    the negatives and their scores are exactly those of the copied rows, and no tensor as
+    large as the anchors' rows is ever made."""
+    g = torch.Generator().manual_seed(11)
+    n_candidates, n_pairs, chunk = 120, 200, 16
+    matrix = _unit(torch.randn(n_candidates + 60, DIM, generator=g))
+    anchor_rows = torch.randint(n_candidates, n_candidates + 60, (n_pairs,), generator=g)
+    positive_rows = torch.randint(0, n_candidates, (n_pairs,), generator=g)
+    exclusion = Exclusion(anchor_rows, torch.arange(n_candidates), torch.full((n_pairs,), -1), positive_rows)
+    spec = MinedNegatives(source="mined", per_anchor=2, range_max=6, max_score=0.9, chunk_size=chunk)
+    keys = [str(i) for i in range(n_pairs)]
+    copied = mine(matrix[anchor_rows], matrix[positive_rows], matrix[:n_candidates], exclusion, spec, keys,
+                  index=index).chosen()  # fmt: skip
+    with LargestTensor() as watch:
+        picked = mine(Rows(matrix, anchor_rows), Rows(matrix, positive_rows), matrix[:n_candidates], exclusion, spec,
+                      keys, index=index).chosen()  # fmt: skip
+    assert picked == copied and any(picked)
+    assert watch.largest < n_pairs * DIM, "a whole copy of the anchors' (or positives') rows was made"
+
+
 def test_faiss_finds_what_the_exact_search_finds_on_well_separated_data():
     g = torch.Generator().manual_seed(5)
     candidates = _unit(torch.randn(600, 32, generator=g))
@@ -145,8 +169,8 @@ def test_faiss_finds_what_the_exact_search_finds_on_well_separated_data():
     exclusion = Exclusion(group[:200], group, torch.full((200,), -1), torch.arange(200))  # its own text is out
     spec = MinedNegatives(source="mined", per_anchor=5, chunk_size=64)
     keys = [str(i) for i in range(200)]
-    exact = mine(anchors, anchors, candidates, exclusion, spec, keys, index="exact")
-    approximate = mine(anchors, anchors, candidates, exclusion, spec, keys, index="faiss")
+    exact = mine(anchors, anchors, candidates, exclusion, spec, keys, index="exact").chosen()
+    approximate = mine(anchors, anchors, candidates, exclusion, spec, keys, index="faiss").chosen()
     assert [[i for i, _ in row] for row in approximate] == [[i for i, _ in row] for row in exact]
     assert all(i != own for own, row in enumerate(exact) for i, _ in row)
 
