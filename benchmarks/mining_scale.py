@@ -9,7 +9,7 @@ paired with two views (`pair.pairings` en-fwd_es and en-bt_es), the candidates t
 positives (`candidates: positives`, the default), `index: auto` (exact below 100k candidates,
 faiss HNSW from there). Each size runs in its own process; mining's own memory is its peak
 (VmHWM, reset once the embeddings exist) less the RSS then: what it holds beyond the
-embeddings (the search, the index, the choice and its rows).
+embeddings and the texts laid out before them (the search, the index, the choice, its rows).
 
     .venv/bin/python benchmarks/mining_scale.py [--sizes 10000 100000 1000000] [--repeats 1]
 """
@@ -121,8 +121,8 @@ def one_size(n_pairs: int) -> dict:
     digest = hashlib.sha256()
     for name in rows.column_names:  # the rows' content, to compare two versions' negatives
         digest.update(repr(rows[name].to_pylist()).encode())
-    return {"digest": digest.hexdigest()[:16],
-            "pairs": pairs.num_rows, "index": spec.index_for(pairs.num_rows), "seconds": seconds,
+    index = json.loads(rows["miner"][0].as_py())["index"] if rows.num_rows else "-"  # the search that ran
+    return {"digest": digest.hexdigest()[:16], "pairs": pairs.num_rows, "index": index, "seconds": seconds,
             "rows": rows.num_rows, "peak": peak, "rss_before": before, "rss_embedded": made[0],
             "embeddings_bytes": texts_of(pairs) * DIMENSIONS * 4, "chunk_size": spec.chunk_size,
             "k": spec.window_end()}  # fmt: skip

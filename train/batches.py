@@ -68,7 +68,7 @@ class PairTexts:
         """View a of each pair, then view b of each, then each pair's negatives (none for a
         pair without), then each source, in `index` order (the rows `layout` describes)."""
         rows = pa.array(index, pa.int64())
-        out = self.a.take(rows).to_pylist() + self.b.take(rows).to_pylist()
+        out = rows_of(self.a, index) + rows_of(self.b, index)
         if self.negatives is not None:
             out += self.negatives.take(rows).flatten().to_pylist()
         if self.source is not None:
@@ -81,6 +81,25 @@ class PairTexts:
             return None
         holders = None if self.holders is None else tuple(np.flatnonzero(self.holders[index]).tolist())
         return BatchLayout(len(index), self.k, self.source is not None, holders)
+
+
+def rows_of(column: pa.Array | pa.ChunkedArray, index: list[int]) -> list:
+    """`column`'s values at `index`, in that order. A chunked column is taken a chunk at a time:
+    Arrow's take on a chunked string column concatenates every chunk first, a copy of the whole
+    column (a million pairs' texts) for each batch."""
+    if isinstance(column, pa.Array) or column.num_chunks == 1:
+        whole = column if isinstance(column, pa.Array) else column.chunk(0)
+        return whole.take(pa.array(index, pa.int64())).to_pylist()
+    starts = np.cumsum([0] + [len(chunk) for chunk in column.chunks])
+    wanted = np.asarray(index, dtype=np.int64)
+    chunk_of = np.searchsorted(starts, wanted, side="right") - 1
+    out: list = [None] * len(wanted)
+    for chunk in np.unique(chunk_of).tolist():
+        at = np.flatnonzero(chunk_of == chunk)
+        values = column.chunk(chunk).take(pa.array(wanted[at] - starts[chunk])).to_pylist()
+        for position, value in zip(at.tolist(), values, strict=True):
+            out[position] = value
+    return out
 
 
 def _negatives(column: pa.ChunkedArray) -> tuple[pa.Array, int]:

@@ -1,7 +1,8 @@
 """The search behind mined hard negatives: each anchor's closest allowed candidates, exactly
 in bounded blocks or from a faiss HNSW index, and the choice among them under a recipe's
-controls (`train.mining.MinedNegatives`), as flat arrays: a million anchors never become a
-million Python lists."""
+controls (`train.mining.MinedNegatives`). The anchors' embeddings are gathered a block at a
+time from the matrix that holds them, and the choice is made on arrays (`top` sampling
+makes no Python object per anchor)."""
 
 from __future__ import annotations
 
@@ -174,9 +175,12 @@ def mine(
         keep &= window + controls.absolute_margin <= positive
     if controls.relative_margin is not None:
         keep &= window <= positive - positive.abs() * controls.relative_margin
-    allowed, ranked = keep.numpy(), keep.numpy().cumsum(axis=1)
+    allowed = keep.numpy()
+    ranked = allowed.cumsum(axis=1, dtype=np.int32)  # an allowed candidate's place among the allowed
     taken = allowed & (ranked <= controls.per_anchor)  # the closest per_anchor allowed
     if controls.sampling == "random":
+        if len(keys) != len(anchors):
+            raise ValueError(f"{len(keys)} keys for {len(anchors)} anchors: random sampling seeds each pair by its id")
         taken = _drawn(allowed, ranked, controls, keys)
     anchor, column = np.nonzero(taken)  # by anchor, then closest first
     return Mined(len(anchors), anchor, window_index.numpy()[anchor, column], window.numpy()[anchor, column])
@@ -223,7 +227,7 @@ def _positive_scores(anchors: Rows, positives: Rows, chunk_size: int) -> torch.T
     """[anchors x 1]: each anchor's cosine to its positive, a block at a time."""
     import torch
 
-    out = torch.empty(len(anchors), 1)
+    out = torch.empty(len(anchors), 1, dtype=anchors.matrix.dtype)
     for rows, block in anchors.blocks(chunk_size):
         out[rows, 0] = (block * positives.block(rows)).sum(dim=1)
     return out

@@ -2,11 +2,12 @@
 reference, bounded memory, random sampling, and the faiss index against the exact search."""
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from pydantic import ValidationError
-from viewmill.train.mining import AUTO_FAISS_CANDIDATES, MinedNegatives
-from viewmill.train.negative_search import Exclusion, Rows, exact_top_k, mine
+from viewmill.train.mining import AUTO_FAISS_CANDIDATES, MinedNegatives, _rows
+from viewmill.train.negative_search import SEARCHES, Exclusion, Rows, exact_top_k, mine
 
 N_ANCHORS, N_CANDIDATES, DIM = 40, 90, 12
 
@@ -204,3 +205,65 @@ def test_a_bf16_miner_encodes_close_to_fp32(monkeypatch):
     monkeypatch.setenv("VIEWMILL_AUTO_PRECISION", "bf16")
     half = spec._encode(texts)
     assert half.dtype == torch.float32 and (full * half).sum(1).min() > 0.99 and not torch.equal(full, half)
+
+
+def _reference_mine(anchors, positives, candidates, exclusion, controls: MinedNegatives, keys, index="exact"):
+    """The choice as it was made before it moved to arrays: a Python list per anchor, a
+    random draw per pair from `seed:key`, then sorted (so a pair's negatives stay in rank order)."""
+    import random
+
+    k = min(controls.window_end(), candidates.shape[0])
+    scores, found = SEARCHES[index](Rows(anchors), candidates, k, exclusion, controls.chunk_size)
+    positive = (anchors * positives).sum(dim=1, keepdim=True)
+    window, window_index = scores[:, controls.range_min :], found[:, controls.range_min :]
+    keep = window_index >= 0
+    if controls.max_score is not None:
+        keep &= window <= controls.max_score
+    if controls.absolute_margin is not None:
+        keep &= window + controls.absolute_margin <= positive
+    if controls.relative_margin is not None:
+        keep &= window <= positive - positive.abs() * controls.relative_margin
+    out = []
+    for ids, values, oks, key in zip(window_index.tolist(), window.tolist(), keep.tolist(), keys, strict=True):
+        allowed = [(i, s) for i, s, ok in zip(ids, values, oks, strict=True) if ok]
+        if controls.sampling == "top" or len(allowed) <= controls.per_anchor:
+            out.append(allowed[: controls.per_anchor])
+            continue
+        drawn = random.Random(f"{controls.seed}:{key}").sample(range(len(allowed)), controls.per_anchor)
+        out.append([allowed[i] for i in sorted(drawn)])
+    return out
+
+
+EDGES = [
+    {"range_min": 95, "range_max": 100},  # the window starts past the corpus: nothing to take
+    {"per_anchor": 8, "range_max": 9, "max_score": 0.0},  # fewer allowed than asked
+    {"per_anchor": 4, "range_max": 40, "sampling": "random", "seed": 3},
+    {"per_anchor": 2, "range_max": 6, "sampling": "random", "relative_margin": 0.1},
+]
+
+
+@pytest.mark.parametrize("index", ["exact", "faiss"])
+@pytest.mark.parametrize("controls", CONTROLS + EDGES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "-")
+def test_the_array_choice_is_the_list_choice_and_its_rows_are_ranked_by_pair(case, controls, index):
+    anchors, positives, candidates, exclusion = case
+    doubled = [torch.cat([t, t]) for t in (anchors, positives)]  # every anchor twice: repeated anchor texts
+    twice = Exclusion(exclusion.anchor_group.repeat(2), exclusion.candidate_group, exclusion.anchor_text.repeat(2),
+                      exclusion.positive_text.repeat(2))  # fmt: skip
+    spec = MinedNegatives(source="mined", chunk_size=7, **controls)
+    keys = [f"p{i}" for i in range(2 * N_ANCHORS)]
+    mined = mine(*doubled, candidates, twice, spec, keys, index=index)
+    expected = _reference_mine(*doubled, candidates, twice, spec, keys, index)
+    assert mined.chosen() == expected
+    ids = range(N_CANDIDATES)
+    table = pa.table({"sentence_id": [f"s{i}" for i in ids], "text": [f"t{i}" for i in ids]})
+    rows = _rows(pa.chunked_array([keys[:30], keys[30:]]), mined, table, "m").to_pylist()
+    assert [(r["pair_id"], r["rank"], r["text"], r["score"]) for r in rows] == [
+        (keys[a], rank, f"t{i}", score) for a, found in enumerate(expected) for rank, (i, score) in enumerate(found, 1)
+    ]
+    assert {r["source"] for r in rows} <= {"mined"} and {r["miner"] for r in rows} <= {"m"}
+
+
+def test_random_sampling_needs_a_key_per_anchor(case):
+    spec = MinedNegatives(source="mined", per_anchor=2, range_max=10, sampling="random")
+    with pytest.raises(ValueError, match="3 keys for 40 anchors"):
+        mine(*case, spec, ["a", "b", "c"])
