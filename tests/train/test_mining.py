@@ -214,18 +214,22 @@ def _reference_mine(anchors, positives, candidates, exclusion, controls: MinedNe
 
     k = min(controls.window_end(), candidates.shape[0])
     scores, found = SEARCHES[index](Rows(anchors), candidates, k, exclusion, controls.chunk_size)
-    positive = (anchors * positives).sum(dim=1, keepdim=True)
+    positive = (anchors * positives).sum(dim=1)
     window, window_index = scores[:, controls.range_min :], found[:, controls.range_min :]
-    keep = window_index >= 0
-    if controls.max_score is not None:
-        keep &= window <= controls.max_score
-    if controls.absolute_margin is not None:
-        keep &= window + controls.absolute_margin <= positive
-    if controls.relative_margin is not None:
-        keep &= window <= positive - positive.abs() * controls.relative_margin
+
+    def allowed_at(row: int, j: int) -> bool:  # one candidate at a time, in float32 as the search scored it
+        score, p = window[row, j], positive[row]
+        return bool(
+            window_index[row, j] >= 0
+            and (controls.max_score is None or score <= controls.max_score)
+            and (controls.absolute_margin is None or score + controls.absolute_margin <= p)
+            and (controls.relative_margin is None or score <= p - p.abs() * controls.relative_margin)
+        )
+
     out = []
-    for ids, values, oks, key in zip(window_index.tolist(), window.tolist(), keep.tolist(), keys, strict=True):
-        allowed = [(i, s) for i, s, ok in zip(ids, values, oks, strict=True) if ok]
+    for row, key in enumerate(keys):
+        columns = [j for j in range(window.shape[1]) if allowed_at(row, j)]
+        allowed = [(int(window_index[row, j]), float(window[row, j])) for j in columns]
         if controls.sampling == "top" or len(allowed) <= controls.per_anchor:
             out.append(allowed[: controls.per_anchor])
             continue
