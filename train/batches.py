@@ -87,9 +87,8 @@ def rows_of(column: pa.Array | pa.ChunkedArray, index: list[int]) -> list:
     """`column`'s values at `index`, in that order. A chunked column is taken a chunk at a time:
     Arrow's take on a chunked string column concatenates every chunk first, a copy of the whole
     column (a million pairs' texts) for each batch."""
-    if isinstance(column, pa.Array) or column.num_chunks == 1:
-        whole = column if isinstance(column, pa.Array) else column.chunk(0)
-        return whole.take(pa.array(index, pa.int64())).to_pylist()
+    if isinstance(column, pa.Array):
+        column = pa.chunked_array([column])
     starts = np.cumsum([0] + [len(chunk) for chunk in column.chunks])
     wanted = np.asarray(index, dtype=np.int64)
     chunk_of = np.searchsorted(starts, wanted, side="right") - 1

@@ -20,8 +20,6 @@ HNSW_NEIGHBOURS = 32  # faiss HNSW's M: links per vector
 HNSW_EF_SEARCH = 128  # the least search breadth (raised to twice the results asked for)
 NO_SCORE = float("-inf")
 
-Chosen = list[list[tuple[int, float]]]  # per anchor: (candidate index, score), closest first
-
 
 class Controls(Protocol):
     """What decides the choice: `MinedNegatives`' controls."""
@@ -177,11 +175,12 @@ def mine(
         keep &= window <= positive - positive.abs() * controls.relative_margin
     allowed = keep.numpy()
     ranked = allowed.cumsum(axis=1, dtype=np.int32)  # an allowed candidate's place among the allowed
-    taken = allowed & (ranked <= controls.per_anchor)  # the closest per_anchor allowed
     if controls.sampling == "random":
         if len(keys) != len(anchors):
             raise ValueError(f"{len(keys)} keys for {len(anchors)} anchors: random sampling seeds each pair by its id")
         taken = _drawn(allowed, ranked, controls, keys)
+    else:
+        taken = allowed & (ranked <= controls.per_anchor)  # the closest per_anchor allowed
     anchor, column = np.nonzero(taken)  # by anchor, then closest first
     return Mined(len(anchors), anchor, window_index.numpy()[anchor, column], window.numpy()[anchor, column])
 
@@ -201,14 +200,6 @@ class Mined:
         starts = np.searchsorted(self.anchor, self.anchor, side="left")
         return np.arange(len(self.anchor)) - starts + 1
 
-    def chosen(self) -> Chosen:
-        """Per anchor, its (candidate index, score) pairs, closest first."""
-        out: Chosen = [[] for _ in range(self.n_anchors)]
-        for anchor, candidate, score in zip(self.anchor.tolist(), self.candidate.tolist(), self.score.tolist(),
-                                            strict=True):  # fmt: skip
-            out[anchor].append((candidate, score))
-        return out
-
 
 def _drawn(allowed: np.ndarray, ranked: np.ndarray, controls: Controls, keys: Sequence[str]) -> np.ndarray:
     """Random sampling: per_anchor of an anchor's allowed candidates, drawn from the pair's own
@@ -219,7 +210,7 @@ def _drawn(allowed: np.ndarray, ranked: np.ndarray, controls: Controls, keys: Se
         columns = np.flatnonzero(allowed[anchor])
         drawn = random.Random(f"{controls.seed}:{keys[anchor]}").sample(range(len(columns)), controls.per_anchor)
         taken[anchor] = False
-        taken[anchor, columns[sorted(drawn)]] = True
+        taken[anchor, columns[drawn]] = True  # the mask keeps rank order
     return taken
 
 

@@ -32,6 +32,15 @@ def case():
     return anchors, positives, candidates, exclusion
 
 
+def chosen(mined) -> list[list[tuple[int, float]]]:
+    """Per anchor, its (candidate index, score) pairs, closest first."""
+    out = [[] for _ in range(mined.n_anchors)]
+    columns = (mined.anchor.tolist(), mined.candidate.tolist(), mined.score.tolist())
+    for anchor, candidate, score in zip(*columns, strict=True):
+        out[anchor].append((candidate, score))
+    return out
+
+
 def brute_force(anchors, positives, candidates, exclusion, spec: MinedNegatives) -> list[list[tuple[int, float]]]:
     """The definition, spelled out: the whole similarity matrix, each anchor's allowed
     candidates ranked, the rank window, the filters, the closest per_anchor."""
@@ -72,7 +81,7 @@ CONTROLS = [
 def test_mining_matches_the_brute_force_definition(case, controls, chunk_size):
     spec = MinedNegatives(source="mined", chunk_size=chunk_size, **controls)
     keys = [f"p{i}" for i in range(N_ANCHORS)]
-    got = mine(*case, spec, keys).chosen()
+    got = chosen(mine(*case, spec, keys))
     expected = brute_force(*case, spec)
     assert [[i for i, _ in row] for row in got] == [[i for i, _ in row] for row in expected]
     assert np.allclose([s for row in got for s in row], [s for row in expected for s in row], atol=1e-5)
@@ -90,19 +99,19 @@ def test_filters_bite_in_this_case(case):
 def test_random_sampling_draws_from_the_allowed_window_stably(case):
     keys = [f"p{i}" for i in range(N_ANCHORS)]
     controls = {"source": "mined", "per_anchor": 3, "range_max": 15, "sampling": "random", "max_score": 0.6}
-    drawn = mine(*case, MinedNegatives(**controls), keys).chosen()
+    drawn = chosen(mine(*case, MinedNegatives(**controls), keys))
     allowed = brute_force(*case, MinedNegatives(**{**controls, "sampling": "top", "per_anchor": 15}))
     for row, pool in zip(drawn, allowed, strict=True):
         assert len(row) == min(3, len(pool)) and {i for i, _ in row} <= {i for i, _ in pool}
         assert [s for _, s in row] == sorted((s for _, s in row), reverse=True), "closest first"
-    chunked = mine(*case, MinedNegatives(**controls, chunk_size=5), keys).chosen()
+    chunked = chosen(mine(*case, MinedNegatives(**controls, chunk_size=5), keys))
     # The same negatives; their scores may differ in the last float bits (BLAS blocks each chunk's matmul its own way).
     picked = [[i for i, _ in row] for row in chunked]
     assert picked == [[i for i, _ in row] for row in drawn], "chunking never changes a draw"
     assert [[s for _, s in row] for row in chunked] == [pytest.approx([s for _, s in row], abs=1e-6) for row in drawn]
-    assert mine(*case, MinedNegatives(**controls, seed=1), keys).chosen() != drawn
-    reordered = mine(*(t.flip(0) if t.shape[0] == N_ANCHORS else t for t in case[:3]),
-                     _flipped(case[3]), MinedNegatives(**controls), keys[::-1]).chosen()  # fmt: skip
+    assert chosen(mine(*case, MinedNegatives(**controls, seed=1), keys)) != drawn
+    flipped = [t.flip(0) if t.shape[0] == N_ANCHORS else t for t in case[:3]]
+    reordered = chosen(mine(*flipped, _flipped(case[3]), MinedNegatives(**controls), keys[::-1]))
     assert reordered[::-1] == drawn, "a pair's draw depends on its key, not its position"
 
 
@@ -153,11 +162,12 @@ def test_anchors_picked_from_one_matrix_mine_as_their_copies_do_without_copying_
     exclusion = Exclusion(anchor_rows, torch.arange(n_candidates), torch.full((n_pairs,), -1), positive_rows)
     spec = MinedNegatives(source="mined", per_anchor=2, range_max=6, max_score=0.9, chunk_size=chunk)
     keys = [str(i) for i in range(n_pairs)]
-    copied = mine(matrix[anchor_rows], matrix[positive_rows], matrix[:n_candidates], exclusion, spec, keys,
-                  index=index).chosen()  # fmt: skip
+    candidates = matrix[:n_candidates]
+    copied = chosen(mine(matrix[anchor_rows], matrix[positive_rows], candidates, exclusion, spec, keys, index=index))
     with LargestTensor() as watch:
-        picked = mine(Rows(matrix, anchor_rows), Rows(matrix, positive_rows), matrix[:n_candidates], exclusion, spec,
-                      keys, index=index).chosen()  # fmt: skip
+        mined = mine(Rows(matrix, anchor_rows), Rows(matrix, positive_rows), candidates, exclusion, spec, keys,
+                     index=index)  # fmt: skip
+    picked = chosen(mined)
     assert picked == copied and any(picked)
     assert watch.largest < n_pairs * DIM, "a whole copy of the anchors' (or positives') rows was made"
 
@@ -170,8 +180,8 @@ def test_faiss_finds_what_the_exact_search_finds_on_well_separated_data():
     exclusion = Exclusion(group[:200], group, torch.full((200,), -1), torch.arange(200))  # its own text is out
     spec = MinedNegatives(source="mined", per_anchor=5, chunk_size=64)
     keys = [str(i) for i in range(200)]
-    exact = mine(anchors, anchors, candidates, exclusion, spec, keys, index="exact").chosen()
-    approximate = mine(anchors, anchors, candidates, exclusion, spec, keys, index="faiss").chosen()
+    exact = chosen(mine(anchors, anchors, candidates, exclusion, spec, keys, index="exact"))
+    approximate = chosen(mine(anchors, anchors, candidates, exclusion, spec, keys, index="faiss"))
     assert [[i for i, _ in row] for row in approximate] == [[i for i, _ in row] for row in exact]
     assert all(i != own for own, row in enumerate(exact) for i, _ in row)
 
@@ -257,7 +267,7 @@ def test_the_array_choice_is_the_list_choice_and_its_rows_are_ranked_by_pair(cas
     keys = [f"p{i}" for i in range(2 * N_ANCHORS)]
     mined = mine(*doubled, candidates, twice, spec, keys, index=index)
     expected = _reference_mine(*doubled, candidates, twice, spec, keys, index)
-    assert mined.chosen() == expected
+    assert chosen(mined) == expected
     ids = range(N_CANDIDATES)
     table = pa.table({"sentence_id": [f"s{i}" for i in ids], "text": [f"t{i}" for i in ids]})
     rows = _rows(pa.chunked_array([keys[:30], keys[30:]]), mined, table, "m").to_pylist()
