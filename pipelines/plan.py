@@ -40,7 +40,7 @@ from viewmill.storage.lake import Lake
 from viewmill.storage.snapshots import read_pairs
 from viewmill.train.evaluation.senteval import TransferTask, load_transfer
 from viewmill.train.evaluation.sts import load_task
-from viewmill.train.mining import MinedNegatives
+from viewmill.train.mining import MinedNegatives, MiningShape
 from viewmill.train.step_timing import TrainMeasure
 
 from viewmill.memory import Watch
@@ -124,6 +124,8 @@ class Measures:
     encode: dict[str, EncodeMeasure]  # by device
     dev_texts: int = 0
     eval_texts: int = 0
+    pair_bytes: float = 0.0  # a pair's bytes in Arrow, as pairing holds them and training reads them
+    mining: MiningShape | None = None  # the sample's mining, where negatives are mined
 
 
 def plan_recipe(recipe: Recipe, state: StatePaths, settings: Settings, *, sample: int = DEFAULT_SAMPLE,
@@ -222,10 +224,14 @@ def measure(ctx: RunContext, lake: Lake | None, checked: Watch, counted: Watch, 
     with Watch() as paired:
         snapshot = pair_stage(ctx, [(configs[a], configs[b]) for a, b in recipe.pair.pairs], report.corpus_version)
     found = Measures(checked, counted, ingested, report.sentences, augmenters, paired, snapshot.n_pairs, {}, {})
-    if recipe.train is None or not snapshot.n_pairs:
+    found.mining = getattr(recipe.pair.negatives, "last_shape", None)
+    if not snapshot.n_pairs:
         return found
     with ctx.lake(read_only=True) as scratch:
         pairs = read_pairs(scratch, snapshot.name)
+    found.pair_bytes = pairs.nbytes / pairs.num_rows
+    if recipe.train is None:
+        return found
     for device in ("cpu", "cuda") if gpu else ("cpu",):
         found.train[device] = measure_training(ctx, pairs, device, ctx.state.models / device)
         found.encode[device] = measure_encoding(ctx, pairs["text_a"].to_pylist(), device)
@@ -262,7 +268,7 @@ def estimate(recipe: Recipe, found: Measures, sentences: int, workers: int) -> l
     ]
     stages.append(pair_estimate(recipe, found, scale))
     if recipe.train is not None and "cpu" in found.train:
-        stages.append(train_estimate(recipe, found))
+        stages.append(train_estimate(recipe, found, stages[-1].rows))
         if recipe.evaluate is not None:
             stages.append(evaluate_estimate(recipe, found))
     return stages
@@ -270,16 +276,23 @@ def estimate(recipe: Recipe, found: Measures, sentences: int, workers: int) -> l
 
 def pair_estimate(recipe: Recipe, found: Measures, scale: float) -> StageEstimate:
     """Pairing's SQL at an assumed rate; mined negatives embed every pair, so the sample's whole
-    time scales with the corpus."""
+    time scales with the corpus. Memory: the sample's peak plus what grows with the pairs (the
+    pairs in Arrow; mining's embeddings and search, by its stated bound)."""
     pairs = round(found.pairs * scale)
-    if isinstance(recipe.pair.negatives, MinedNegatives):
+    grown = (pairs - found.pairs) * found.pair_bytes
+    negatives = recipe.pair.negatives
+    if isinstance(negatives, MinedNegatives):
         seconds, note = found.pair.seconds * max(scale, 1.0), "mining negatives: the sample's time x the corpus"
+        if found.mining is not None:
+            full = found.mining.scaled(max(scale, 1.0))
+            grown += negatives.memory_bytes(full) - negatives.memory_bytes(found.mining)
+            note += f"; {negatives.index_for(full.candidates)} search over {full.candidates:,} candidates"
     else:
         seconds, note = (
             found.pair.seconds + pairs / PAIR_ROWS_PER_S,
             f"per-pair cost assumed at {PAIR_ROWS_PER_S:,} pairs/s",
         )
-    return _alone("pair", pairs, seconds, found.pair.peak, note)
+    return _alone("pair", pairs, seconds, found.pair.peak + max(round(grown), 0), note)
 
 
 def _alone(stage: str, rows: int, seconds: float, peak: int, note: str, gpu: float | None = None) -> StageEstimate:
@@ -319,7 +332,9 @@ def lake_commits_s(m: AugmenterMeasure, todo: float, new_share: float, per_sente
     return commits * commit_s + own * m.translation_commit_s
 
 
-def train_estimate(recipe: Recipe, found: Measures) -> StageEstimate:
+def train_estimate(recipe: Recipe, found: Measures, pairs: int) -> StageEstimate:
+    """The sample's steps at the recipe's budget; memory: the sample's peak plus the whole
+    snapshot, which training holds in Arrow."""
     spec = recipe.train
     assert spec is not None
     passes = spec.steps // spec.eval_every + 1 if spec.eval_every and spec.dev_tasks else 0
@@ -334,7 +349,8 @@ def train_estimate(recipe: Recipe, found: Measures) -> StageEstimate:
             "does not scale with Dask workers (one process; DDP under torchrun does)")  # fmt: skip
     if on_gpu is not None and on_gpu.peak_gpu is not None:
         note += f"; GPU memory peak {on_gpu.peak_gpu / 2**20:,.0f} MiB"
-    return _alone("train", spec.steps * spec.batch_size, seconds("cpu"), cpu.peak_rss, note, gpu)
+    snapshot = max(round((pairs - found.pairs) * found.pair_bytes), 0)
+    return _alone("train", spec.steps * spec.batch_size, seconds("cpu"), cpu.peak_rss + snapshot, note, gpu)
 
 
 def evaluate_estimate(recipe: Recipe, found: Measures) -> StageEstimate:

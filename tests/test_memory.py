@@ -27,3 +27,27 @@ def test_free_pages_below_a_live_block_go_back_to_the_system():
     release_freed_memory()
     assert held - _rss_mib() > 150, (held, _rss_mib())
     libc.free(blocks[-1])
+
+
+HOLD_200_MIB = "import sys; block = b'1' * (200 * 2**20); print('ready', flush=True); sys.stdin.read()"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+def test_a_watch_counts_the_memory_of_the_processes_the_block_started():
+    # Apertium translates in processes of its own (~190 MiB a direction): `viewmill plan` once
+    # left them out of the augment stage's memory, 0.5 GiB under a full run's.
+    import subprocess
+    import time
+
+    from viewmill.memory import Watch, rss_now, tree_rss
+
+    with Watch() as watch:
+        child = subprocess.Popen([sys.executable, "-c", HOLD_200_MIB], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            assert child.stdout.readline() == b"ready\n"
+            assert tree_rss() - rss_now() > 190 * 2**20
+            time.sleep(0.2)  # the watch samples every 20 ms
+        finally:
+            child.communicate(b"")
+    assert watch.peak - rss_now() > 190 * 2**20
+    assert tree_rss() - rss_now() < 20 * 2**20  # the child is gone

@@ -24,7 +24,7 @@ from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
 from viewmill.storage.negatives import MINED_SOURCE, ROWS, NegativesSpec, candidate_sentences
 from viewmill.train.encoder import encode_in, encoder_fingerprint, load_sentence_model, resolve_encoder
-from viewmill.train.negative_search import Exclusion, Mined, Rows, mine
+from viewmill.train.negative_search import HNSW_NEIGHBOURS, Exclusion, Mined, Rows, mine
 
 from viewmill.cpu import auto_precision
 from viewmill.specs import Seed
@@ -36,6 +36,26 @@ log = logging.getLogger(__name__)
 
 AUTO_FAISS_CANDIDATES = 100_000  # index: auto searches an HNSW index from this many candidates on
 MAX_RANK = 10_000_000  # range_min / range_max: a rank among the candidates
+# Per vector in faiss's HNSW index beside the vector itself: its base level's 2M links of 4 bytes,
+# and 16 for its level, its offset and its share of the upper levels' links (272 at M = 32, as
+# faiss's serialised index measures).
+HNSW_LINKS_BYTES = 2 * HNSW_NEIGHBOURS * 4 + 16
+
+
+@dataclass(frozen=True)
+class MiningShape:
+    """The sizes one mining worked on: distinct texts embedded, candidates searched, anchors
+    (pairs), and the embeddings' width."""
+
+    texts: int
+    candidates: int
+    anchors: int
+    dims: int
+
+    def scaled(self, factor: float) -> MiningShape:
+        """The same recipe on `factor` times the corpus (every size grows with it)."""
+        return MiningShape(round(self.texts * factor), round(self.candidates * factor),
+                           round(self.anchors * factor), self.dims)  # fmt: skip
 
 
 class MinedNegatives(NegativesSpec):
@@ -72,6 +92,7 @@ class MinedNegatives(NegativesSpec):
     batch_size: int = Field(64, ge=1, le=65536, description="texts per encoder batch")
     device: str = "cpu"
     _fingerprint: str | None = PrivateAttr(None)
+    _shape: MiningShape | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _window_holds_the_negatives(self) -> MinedNegatives:
@@ -113,10 +134,27 @@ class MinedNegatives(NegativesSpec):
         """The encoder's autocast: `auto` resolved as training resolves it for this device."""
         return auto_precision(self.device)
 
+    @property
+    def last_shape(self) -> MiningShape | None:
+        """The sizes of this spec's last mining in this process (None: it has not mined)."""
+        return self._shape
+
+    def memory_bytes(self, shape: MiningShape) -> int:
+        """What mining `shape` holds at once, the bound docs/lake.md states: every text's float32
+        embedding; the exact search's block of scores or faiss's index; each anchor's ranked
+        window (a score and an index each)."""
+        vector = shape.dims * 4
+        if self.index_for(shape.candidates) == "faiss":
+            search = shape.candidates * (vector + HNSW_LINKS_BYTES)
+        else:
+            search = self.chunk_size * (self.chunk_size + self.window_end()) * 4
+        return shape.texts * vector + search + shape.anchors * self.window_end() * 12
+
     def negatives(self, lake: Lake, pairs: pa.Table, corpus_version: str) -> pa.Table:
         candidates = candidate_sentences(lake, pairs, corpus_version, self.candidates)
         texts = Texts(candidates["text"].to_pylist(), pairs["text_a"].to_pylist(), pairs["text_b"].to_pylist())
         vectors = self._encode(texts.all)
+        self._shape = MiningShape(len(vectors), len(texts.candidates), pairs.num_rows, int(vectors.shape[1]))
         exclusion = texts.exclusion(candidates["sentence_id"].to_pylist(), pairs["sentence_id"].to_pylist())
         index = self.index_for(len(texts.candidates))
         log.info("mining %s negative(s) for %d pairs among %d candidates (%s search)",

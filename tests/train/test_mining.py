@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 import torch
 from pydantic import ValidationError
-from viewmill.train.mining import AUTO_FAISS_CANDIDATES, MinedNegatives, _rows
+from viewmill.train.mining import AUTO_FAISS_CANDIDATES, HNSW_LINKS_BYTES, MinedNegatives, MiningShape, _rows
 from viewmill.train.negative_search import SEARCHES, Exclusion, Rows, exact_top_k, mine
 
 N_ANCHORS, N_CANDIDATES, DIM = 40, 90, 12
@@ -195,6 +195,30 @@ def test_the_index_is_chosen_by_corpus_size_and_the_window_must_hold_the_negativ
         MinedNegatives(source="mined", per_anchor=5, range_min=3, range_max=6)
     with pytest.raises(ValidationError, match=r"range_max \(2\) must be larger than range_min \(4\)"):
         MinedNegatives(source="mined", range_min=4, range_max=2)
+
+
+def test_minings_memory_is_its_embeddings_its_search_and_its_ranked_windows():
+    # `viewmill plan` prices the pair stage with this bound: at 1M pairs faiss's index is most of it.
+    spec, vector = MinedNegatives(source="mined", per_anchor=2), 384 * 4  # window: ranks 0..2
+    small = MiningShape(texts=1_500, candidates=1_000, anchors=1_000, dims=384)
+    windows = 1_000 * 2 * 12  # a float32 score and an int64 index per rank
+    assert spec.memory_bytes(small) == 1_500 * vector + 1024 * (1024 + 2) * 4 + windows
+    large = small.scaled(1_000)
+    assert (large.texts, large.candidates, large.anchors, large.dims) == (1_500_000, 1_000_000, 1_000_000, 384)
+    assert spec.memory_bytes(large) == 1_500_000 * vector + 1_000_000 * (vector + HNSW_LINKS_BYTES) + windows * 1_000
+    exact = MinedNegatives(source="mined", per_anchor=2, index="exact", chunk_size=256)
+    assert exact.memory_bytes(large) == 1_500_000 * vector + 256 * (256 + 2) * 4 + windows * 1_000
+
+
+def test_the_faiss_index_holds_what_the_bound_says_per_vector():
+    import faiss
+    from viewmill.train.negative_search import HNSW_NEIGHBOURS
+
+    vectors = _unit(torch.randn(20_000, 32, generator=torch.Generator().manual_seed(3))).numpy()
+    index = faiss.IndexHNSWFlat(32, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
+    index.add(vectors)
+    per_vector = faiss.serialize_index(index).nbytes / len(vectors)
+    assert per_vector == pytest.approx(32 * 4 + HNSW_LINKS_BYTES, rel=0.01)
 
 
 def test_a_bf16_miners_reuse_key_says_so_and_an_fp32_key_is_unchanged(monkeypatch):

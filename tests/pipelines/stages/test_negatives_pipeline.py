@@ -90,7 +90,8 @@ def test_mined_negatives_are_the_closest_allowed_sentences_and_are_reused(tmp_pa
     from sentence_transformers import SentenceTransformer
 
     negatives = f"{{source: mined, encoder: {tiny_model}, per_anchor: 2, candidates: sentences}}"
-    summary = _run(tmp_path, negatives)
+    recipe = load_recipe(_recipe(tmp_path, negatives))
+    summary = run_recipe(RunContext(recipe, StatePaths(tmp_path / "state")))
     name = summary["snapshot"]["name"]
     with Lake(tmp_path / "state" / "lake", read_only=True) as lake:
         pairs = read_pairs(lake, name).to_pylist()
@@ -98,6 +99,10 @@ def test_mined_negatives_are_the_closest_allowed_sentences_and_are_reused(tmp_pa
         sentences = sorted({r[0] for r in lake.con.execute("SELECT text FROM sentences").fetchall()})
     assert len(pairs) == 4 and _note(tmp_path, name)["dropped"] == 0
     model = SentenceTransformer(str(tiny_model), device="cpu")
+    # What `viewmill plan` scales: every sentence is a candidate, each embedded once; 4 anchors.
+    shape = recipe.pair.negatives.last_shape
+    dims = model.get_sentence_embedding_dimension()
+    assert (shape.texts, shape.candidates, shape.anchors, shape.dims) == (len(sentences), len(sentences), 4, dims)
     vectors = dict(zip(sentences, model.encode(sentences, normalize_embeddings=True, convert_to_tensor=True),
                        strict=True))  # fmt: skip
     scores = {p["pair_id"]: [] for p in pairs}
