@@ -199,10 +199,16 @@ def run_lake(ctx: RunContext) -> Iterator[Lake | None]:
 
 
 def limited(recipe: Recipe, sentences: int) -> Recipe:
-    """The recipe with its corpus cut to its first `sentences` kept sentences."""
-    corpus = recipe.corpus
+    """The recipe with its corpus cut to its first `sentences` kept sentences, and negatives of
+    its own (a fresh spec: what its mining records is the sample's, and the caller's is left alone)."""
+    corpus, negatives = recipe.corpus, recipe.pair.negatives
+    if negatives is not None:
+        negatives = type(negatives).model_validate(negatives.model_dump())
     return recipe.model_copy(
-        update={"corpus": corpus.model_copy(update={"limit": min(corpus.limit or sentences, sentences)})}
+        update={
+            "corpus": corpus.model_copy(update={"limit": min(corpus.limit or sentences, sentences)}),
+            "pair": recipe.pair.model_copy(update={"negatives": negatives}),
+        }
     )
 
 
@@ -224,7 +230,7 @@ def measure(ctx: RunContext, lake: Lake | None, checked: Watch, counted: Watch, 
     with Watch() as paired:
         snapshot = pair_stage(ctx, [(configs[a], configs[b]) for a, b in recipe.pair.pairs], report.corpus_version)
     found = Measures(checked, counted, ingested, report.sentences, augmenters, paired, snapshot.n_pairs, {}, {})
-    found.mining = getattr(recipe.pair.negatives, "last_shape", None)
+    found.mining = recipe.pair.negatives.last_shape if isinstance(recipe.pair.negatives, MinedNegatives) else None
     if not snapshot.n_pairs:
         return found
     with ctx.lake(read_only=True) as scratch:
@@ -266,9 +272,10 @@ def estimate(recipe: Recipe, found: Measures, sentences: int, workers: int) -> l
         _alone("ingest", sentences, read, read_peak, "one streaming read of the corpus and its lake writes"),
         augment_estimate(recipe, found.augmenters, sentences, workers),
     ]
-    stages.append(pair_estimate(recipe, found, scale))
+    pair = pair_estimate(recipe, found, scale)
+    stages.append(pair)
     if recipe.train is not None and "cpu" in found.train:
-        stages.append(train_estimate(recipe, found, stages[-1].rows))
+        stages.append(train_estimate(recipe, found, pair.rows))
         if recipe.evaluate is not None:
             stages.append(evaluate_estimate(recipe, found))
     return stages
@@ -283,7 +290,9 @@ def pair_estimate(recipe: Recipe, found: Measures, scale: float) -> StageEstimat
     negatives = recipe.pair.negatives
     if isinstance(negatives, MinedNegatives):
         seconds, note = found.pair.seconds * max(scale, 1.0), "mining negatives: the sample's time x the corpus"
-        if found.mining is not None:
+        if found.mining is None:
+            note += "; mining's memory unmeasured (the sample mined nothing)"
+        else:
             full = found.mining.scaled(max(scale, 1.0))
             grown += negatives.memory_bytes(full) - negatives.memory_bytes(found.mining)
             note += f"; {negatives.index_for(full.candidates)} search over {full.candidates:,} candidates"

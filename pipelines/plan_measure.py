@@ -2,9 +2,9 @@
 recipe's corpus, in a scratch lake (a temporary folder), never the run's lake; the run's lake is
 only read (the translation cache and the views a rerun would reuse).
 
-Time and peak memory are taken around each measurement (`Watch`): peak memory is this
-process's resident set, sampled while the measurement runs, so it includes what earlier
-measurements left loaded (an upper bound for the stage)."""
+Time and peak memory are taken around each measurement (`Watch`): peak memory is the resident
+set of this process and the processes it started (an engine's), sampled while the measurement
+runs, so it includes what earlier measurements left loaded (an upper bound for the stage)."""
 
 from __future__ import annotations
 

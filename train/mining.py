@@ -42,20 +42,37 @@ MAX_RANK = 10_000_000  # range_min / range_max: a rank among the candidates
 HNSW_LINKS_BYTES = 2 * HNSW_NEIGHBOURS * 4 + 16
 
 
+# What Python holds per text while mining lays its texts out (`Texts`, its exclusion), an upper
+# bound fitted with tracemalloc (tests/train/test_mining.py): each candidate's, anchor's and
+# positive's string (a 49-byte header and a list slot, plus a byte a character for Latin-1
+# text), and per candidate and anchor the position and sentence-code dicts' entries (their
+# tables grow by doubling: 12% less at some sizes), the sentence id's string and the row lists.
+PY_STR_BYTES = 57
+PY_ROW_BYTES = 208
+EXACT_CELL_BYTES = 20  # per score of the exact search's block: float32 scores, int64 indices, masks
+
+
 @dataclass(frozen=True)
 class MiningShape:
     """The sizes one mining worked on: distinct texts embedded, candidates searched, anchors
-    (pairs), and the embeddings' width."""
+    (pairs), the embeddings' width, and the texts' mean length in characters."""
 
     texts: int
     candidates: int
     anchors: int
     dims: int
+    text_chars: float = 0.0
 
     def scaled(self, factor: float) -> MiningShape:
-        """The same recipe on `factor` times the corpus (every size grows with it)."""
-        return MiningShape(round(self.texts * factor), round(self.candidates * factor),
-                           round(self.anchors * factor), self.dims)  # fmt: skip
+        """The same recipe on `factor` times the corpus (every count grows with it)."""
+        counts = (round(n * factor) for n in (self.texts, self.candidates, self.anchors))
+        return MiningShape(*counts, self.dims, self.text_chars)
+
+    def layout_bytes(self) -> int:
+        """Python's copies of the texts and the tensors that say which candidate is whose."""
+        strings = (self.candidates + 2 * self.anchors) * (PY_STR_BYTES + self.text_chars)
+        rows = (self.candidates + self.anchors) * PY_ROW_BYTES
+        return round(strings + rows + 8 * (self.candidates + 3 * self.anchors))
 
 
 class MinedNegatives(NegativesSpec):
@@ -140,21 +157,23 @@ class MinedNegatives(NegativesSpec):
         return self._shape
 
     def memory_bytes(self, shape: MiningShape) -> int:
-        """What mining `shape` holds at once, the bound docs/lake.md states: every text's float32
-        embedding; the exact search's block of scores or faiss's index; each anchor's ranked
-        window (a score and an index each)."""
+        """What mining `shape` holds at once, the bound docs/lake.md states: the texts laid out;
+        every text's float32 embedding; the exact search's block or faiss's index; each anchor's
+        ranked window (a float32 score and an int64 index a rank)."""
         vector = shape.dims * 4
         if self.index_for(shape.candidates) == "faiss":
             search = shape.candidates * (vector + HNSW_LINKS_BYTES)
         else:
-            search = self.chunk_size * (self.chunk_size + self.window_end()) * 4
-        return shape.texts * vector + search + shape.anchors * self.window_end() * 12
+            search = self.chunk_size * (self.chunk_size + self.window_end()) * EXACT_CELL_BYTES
+        return shape.layout_bytes() + shape.texts * vector + search + shape.anchors * self.window_end() * 12
 
     def negatives(self, lake: Lake, pairs: pa.Table, corpus_version: str) -> pa.Table:
+        self._shape = None
         candidates = candidate_sentences(lake, pairs, corpus_version, self.candidates)
         texts = Texts(candidates["text"].to_pylist(), pairs["text_a"].to_pylist(), pairs["text_b"].to_pylist())
         vectors = self._encode(texts.all)
-        self._shape = MiningShape(len(vectors), len(texts.candidates), pairs.num_rows, int(vectors.shape[1]))
+        chars = sum(map(len, texts.all)) / max(len(vectors), 1)
+        self._shape = MiningShape(len(vectors), len(texts.candidates), pairs.num_rows, int(vectors.shape[1]), chars)
         exclusion = texts.exclusion(candidates["sentence_id"].to_pylist(), pairs["sentence_id"].to_pylist())
         index = self.index_for(len(texts.candidates))
         log.info("mining %s negative(s) for %d pairs among %d candidates (%s search)",

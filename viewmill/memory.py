@@ -44,13 +44,13 @@ def _children(pid: int) -> list[int]:
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
+    except OSError:  # it ended meanwhile
         return found
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
                 found += [int(child) for child in children.read().split()]
-        except OSError:  # the thread or the process ended meanwhile
+        except OSError:  # the thread ended meanwhile
             continue
     return found
 
@@ -63,15 +63,26 @@ def _statm_rss(pid: int) -> int:
         return 0
 
 
+@functools.cache
+def _sees_children() -> bool:
+    """Whether this kernel lists a thread's children (CONFIG_PROC_CHILDREN; Linux's default)."""
+    return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
 def tree_rss() -> int:
     """Resident memory of this process and every process under it, in bytes: a stage's real
     footprint where its engine runs in processes of its own (Apertium's pipelines: about 190 MiB
-    a direction). Elsewhere than Linux, this process's alone (`rss_now`)."""
-    if not os.path.isdir("/proc/self/task"):
+    a direction). Each process's RSS, so pages they share count once per process, as `ps` and
+    psutil count them. Where the kernel lists no children (not Linux, or a kernel without
+    CONFIG_PROC_CHILDREN), this process's alone."""
+    if not _sees_children():
         return rss_now()
-    total, todo = rss_now(), _children(os.getpid())
+    total, seen, todo = rss_now(), {os.getpid()}, _children(os.getpid())
     while todo:
         pid = todo.pop()
+        if pid in seen:  # a pid reused while we walked
+            continue
+        seen.add(pid)
         total += _statm_rss(pid)
         todo += _children(pid)
     return total
@@ -89,7 +100,10 @@ class Watch:
 
     def _sample(self) -> None:
         while not self._done.wait(0.02):
-            self.peak = max(self.peak, tree_rss())
+            try:
+                self.peak = max(self.peak, tree_rss())
+            except (OSError, ValueError):  # a /proc file read mid-change; the next sample counts
+                continue
 
     def __enter__(self) -> Watch:
         self._t0 = time.perf_counter()

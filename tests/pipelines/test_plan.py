@@ -172,24 +172,27 @@ def test_the_lakes_commit_cost_is_spread_over_commits_of_the_runs_own_size():
 def test_the_pair_and_train_stages_memory_grows_with_the_pairs_they_hold():
     # The plan once gave every stage its sample's peak: 2.43 GiB for a 100k run that peaked at
     # 3.76, and nothing of faiss's 1.7 GiB index at 1M pairs.
-    from types import SimpleNamespace as Of
+    from types import SimpleNamespace as Fake
 
     from viewmill.pipelines.plan import Measures, pair_estimate, train_estimate
     from viewmill.pipelines.plan_measure import EncodeMeasure
     from viewmill.train.mining import MinedNegatives, MiningShape
     from viewmill.train.step_timing import TrainMeasure
 
-    gib, watched = 2**30, Of(seconds=1.0, peak=2**30)
-    sample = MiningShape(texts=300, candidates=200, anchors=200, dims=384)
+    gib, watched = 2**30, Fake(seconds=1.0, peak=2**30)
+    sample = MiningShape(texts=300, candidates=200, anchors=200, dims=384, text_chars=40.0)
     found = Measures(watched, watched, watched, 100, [], watched, 200,
                      {"cpu": TrainMeasure("cpu", 1.0, 0.1, 1.0, gib)}, {"cpu": EncodeMeasure("cpu", 1.0, 100.0, gib)},
                      pair_bytes=500.0, mining=sample)  # fmt: skip
     mined = MinedNegatives(source="mined")
-    recipe = Of(pair=Of(negatives=mined), train=Of(steps=10, batch_size=8, eval_every=0, dev_tasks=[]))
+    recipe = Fake(pair=Fake(negatives=mined), train=Fake(steps=10, batch_size=8, eval_every=0, dev_tasks=[]))
     pair = pair_estimate(recipe, found, scale=5_000.0)  # 1M pairs
-    held = mined.memory_bytes(sample.scaled(5_000)) - mined.memory_bytes(sample)
-    assert pair.rows == 1_000_000 and pair.peak_rss == gib + 999_800 * 500 + held
-    assert held > 1_000_000 * (384 * 4 + 256) and "faiss search over 1,000,000 candidates" in pair.note
+    embeddings, faiss_index = 1_500_000 * 1_536, 1_000_000 * (1_536 + 272)
+    layout = 3_000_000 * (57 + 40) + 2_000_000 * 208 + 8 * 4_000_000  # texts in Python, exclusion tensors
+    mined_at_1m = layout + embeddings + faiss_index + 1_000_000 * 12  # and ranked windows of one
+    mined_on_sample = mined.memory_bytes(sample)  # the exact search's block, mostly
+    assert pair.rows == 1_000_000 and pair.peak_rss == gib + 999_800 * 500 + mined_at_1m - mined_on_sample
+    assert "faiss search over 1,000,000 candidates" in pair.note
     assert train_estimate(recipe, found, pair.rows).peak_rss == gib + 999_800 * 500  # the snapshot in Arrow
     recipe.pair.negatives = None  # other negatives (or none): only the pairs grow
     assert pair_estimate(recipe, found, scale=5_000.0).peak_rss == gib + 999_800 * 500

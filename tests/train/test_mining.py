@@ -197,28 +197,60 @@ def test_the_index_is_chosen_by_corpus_size_and_the_window_must_hold_the_negativ
         MinedNegatives(source="mined", range_min=4, range_max=2)
 
 
-def test_minings_memory_is_its_embeddings_its_search_and_its_ranked_windows():
-    # `viewmill plan` prices the pair stage with this bound: at 1M pairs faiss's index is most of it.
-    spec, vector = MinedNegatives(source="mined", per_anchor=2), 384 * 4  # window: ranks 0..2
-    small = MiningShape(texts=1_500, candidates=1_000, anchors=1_000, dims=384)
-    windows = 1_000 * 2 * 12  # a float32 score and an int64 index per rank
-    assert spec.memory_bytes(small) == 1_500 * vector + 1024 * (1024 + 2) * 4 + windows
+def test_minings_memory_is_its_texts_embeddings_search_and_ranked_windows():
+    # `viewmill plan` prices the pair stage with this bound: at 1M pairs faiss's index and the
+    # embeddings are most of it. The literals are the bound spelled out for MiniLM's 384 dims.
+    spec = MinedNegatives(source="mined", per_anchor=2)  # window: ranks 0..2
+    small = MiningShape(texts=1_500, candidates=1_000, anchors=1_000, dims=384, text_chars=60.0)
+    layout = 3_000 * (57 + 60) + 2_000 * 208 + 8 * 4_000  # strings, dict and row entries, exclusion tensors
+    assert spec.memory_bytes(small) == layout + 1_500 * 1_536 + 1024 * 1026 * 20 + 1_000 * 2 * 12
     large = small.scaled(1_000)
-    assert (large.texts, large.candidates, large.anchors, large.dims) == (1_500_000, 1_000_000, 1_000_000, 384)
-    assert spec.memory_bytes(large) == 1_500_000 * vector + 1_000_000 * (vector + HNSW_LINKS_BYTES) + windows * 1_000
+    assert (large.texts, large.candidates, large.anchors, large.dims, large.text_chars) == (
+        1_500_000, 1_000_000, 1_000_000, 384, 60.0)  # fmt: skip
+    faiss_index = 1_000_000 * (1_536 + 272)
+    assert spec.memory_bytes(large) == layout * 1_000 + 1_500_000 * 1_536 + faiss_index + 1_000_000 * 2 * 12
     exact = MinedNegatives(source="mined", per_anchor=2, index="exact", chunk_size=256)
-    assert exact.memory_bytes(large) == 1_500_000 * vector + 256 * (256 + 2) * 4 + windows * 1_000
+    assert exact.memory_bytes(large) == layout * 1_000 + 1_500_000 * 1_536 + 256 * 258 * 20 + 1_000_000 * 2 * 12
 
 
-def test_the_faiss_index_holds_what_the_bound_says_per_vector():
+def test_the_faiss_index_serialises_to_the_bytes_the_bound_gives_a_vector():
     import faiss
     from viewmill.train.negative_search import HNSW_NEIGHBOURS
 
-    vectors = _unit(torch.randn(20_000, 32, generator=torch.Generator().manual_seed(3))).numpy()
+    vectors = _unit(torch.randn(6_000, 32, generator=torch.Generator().manual_seed(3))).numpy()
     index = faiss.IndexHNSWFlat(32, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
     index.add(vectors)
     per_vector = faiss.serialize_index(index).nbytes / len(vectors)
     assert per_vector == pytest.approx(32 * 4 + HNSW_LINKS_BYTES, rel=0.01)
+
+
+@pytest.mark.parametrize("words", [(2, 4), (5, 15), (25, 45)])
+def test_the_texts_layout_costs_python_what_the_bound_says(words):
+    # Texts and their exclusion hold every text as a Python string with dicts and row lists
+    # beside them: ~0.8 GB at 1M pairs, which the bound once left out.
+    import random
+    import tracemalloc
+
+    from viewmill.storage.ids import sentence_id
+    from viewmill.train.mining import Texts
+
+    rng, vocabulary = random.Random(5), "a man woman dog runs in the park street slowly red house".split()
+    sentences = [" ".join(rng.choices(vocabulary, k=rng.randint(*words))) + f" {i}." for i in range(20_000)]
+    ids, views = [sentence_id(t) for t in sentences], [t.upper() for t in sentences]
+    candidates = pa.table({"text": views, "sentence_id": ids})
+    pairs = pa.table({"text_a": sentences, "text_b": views, "sentence_id": ids})
+    tracemalloc.start()
+    try:
+        texts = Texts(candidates["text"].to_pylist(), pairs["text_a"].to_pylist(), pairs["text_b"].to_pylist())
+        texts.exclusion(candidates["sentence_id"].to_pylist(), pairs["sentence_id"].to_pylist())
+        traced = tracemalloc.get_traced_memory()[1]  # the peak; torch's tensors are not traced
+    finally:
+        tracemalloc.stop()
+    chars = sum(map(len, texts.all)) / len(texts.all)
+    shape = MiningShape(len(texts.all), candidates.num_rows, pairs.num_rows, 384, chars)
+    untraced = 8 * (candidates.num_rows + 3 * pairs.num_rows)
+    bound = shape.layout_bytes() - untraced
+    assert 0.85 * bound <= traced <= bound  # an upper bound, close (dicts' tables grow by doubling)
 
 
 def test_a_bf16_miners_reuse_key_says_so_and_an_fp32_key_is_unchanged(monkeypatch):

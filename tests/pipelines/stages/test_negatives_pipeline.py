@@ -152,3 +152,16 @@ def test_the_export_trains_with_sentence_transformers_own_trainer(tmp_path, tiny
     result = trainer.train()
     assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_mining_records_what_it_embedded_and_searched_for_the_plan(tmp_path, tiny_model):
+    # `viewmill plan` scales these to the corpus: with `candidates: positives` the anchors (the
+    # premises) are embedded beside the candidates (the entailed hypotheses) but never searched.
+    negatives = f"{{source: mined, encoder: {tiny_model}, per_anchor: 1, candidates: positives}}"
+    recipe = load_recipe(_recipe(tmp_path, negatives))
+    run_recipe(RunContext(recipe, StatePaths(tmp_path / "state")))
+    shape = recipe.pair.negatives.last_shape
+    premises = {NLI[i][0] for i in (0, 2, 4, 6)}
+    entailed = {NLI[i][1] for i in (0, 2, 4, 6)}
+    assert (shape.texts, shape.candidates, shape.anchors) == (len(premises | entailed), len(entailed), 4)
+    assert shape.text_chars == pytest.approx(sum(map(len, premises | entailed)) / len(premises | entailed))
