@@ -3,7 +3,6 @@ plain calls), timed, and recorded in `runs` whether the run succeeds or fails.""
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Callable
@@ -45,10 +44,7 @@ class StageTimer:
     def __call__(self, name: str, stage: Stage, *args: Any, direct: bool = False) -> Any:
         t0 = time.perf_counter()
         result = stage(*args) if direct else self.call(stage, *args)
-        # What this stage freed is not held under the next one: its garbage cycles (a model's
-        # modules refer to each other) are collected now, then the heap's free pages go back.
-        gc.collect()
-        release_freed_memory()
+        release_freed_memory()  # what this stage freed is not held under the next one
         self.timings[name] = round(self.timings.get(name, 0.0) + time.perf_counter() - t0, 2)
         return result
 
