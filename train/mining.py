@@ -171,8 +171,9 @@ class MinedNegatives(NegativesSpec):
         self._shape = None
         candidates = candidate_sentences(lake, pairs, corpus_version, self.candidates)
         texts = Texts(candidates["text"].to_pylist(), pairs["text_a"].to_pylist(), pairs["text_b"].to_pylist())
-        vectors = self._encode(texts.all)
-        chars = sum(map(len, texts.all)) / max(len(vectors), 1)
+        every = texts.all
+        vectors = self._encode(every)
+        chars = sum(map(len, every)) / max(len(every), 1)
         self._shape = MiningShape(len(vectors), len(texts.candidates), pairs.num_rows, int(vectors.shape[1]), chars)
         exclusion = texts.exclusion(candidates["sentence_id"].to_pylist(), pairs["sentence_id"].to_pylist())
         index = self.index_for(len(texts.candidates))

@@ -32,11 +32,7 @@ def release_freed_memory() -> None:
 
 def rss_now() -> int:
     """This process's resident memory in bytes (Linux's /proc; elsewhere the peak so far)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return _statm_rss("self") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _children(pid: int) -> list[int]:
@@ -55,7 +51,8 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _statm_rss(pid: int) -> int:
+def _statm_rss(pid: int | str) -> int:
+    """A process's resident bytes from /proc; 0 where it cannot be read (ended, or not Linux)."""
     try:
         with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
