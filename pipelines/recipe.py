@@ -21,7 +21,7 @@ from viewmill.augment.quality import FilterSpec
 from viewmill.pipelines.messages import validation_lines
 from viewmill.pipelines.overrides import OverrideError
 from viewmill.pipelines.overrides import apply_overrides as overrides_applied
-from viewmill.pipelines.recipe_sections import CorpusSpec, ExecutionSpec, PairSpec
+from viewmill.pipelines.recipe_sections import CorpusSpec, ExecutionSpec, PairSpec, SoupSpec
 from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
 from viewmill.pipelines.sweep_spec import SweepSpec
 from viewmill.storage.datasets import fetching
@@ -107,6 +107,7 @@ class Recipe(Spec):
     evaluate: EvaluateSpec | None = None
     execution: ExecutionSpec = ExecutionSpec()
     sweep: SweepSpec | None = None
+    soup: SoupSpec | None = None
 
     @field_validator("name")
     @classmethod
@@ -138,6 +139,10 @@ class Recipe(Spec):
                     f"sweep.select_on '{', '.join(unknown) or self.sweep.select_label}' must name an evaluate task "
                     f"({', '.join(tasks) or 'none'}) and the recipe needs a train section"
                 )
+        if self.soup is not None and (self.train is None or not self.train.dev_tasks or self.sweep is not None):
+            raise ValueError(
+                "soup chooses its mix on the recipe's dev tasks: it needs a train section with train.dev, and no sweep"
+            )
         if self.wants_nli_links and not READERS[self.corpus.format].yields_nli_pairs:
             needing = [a.method for a in self.augmenters if a.needs_nli_links]
             needs = f"the {needing[0]} augmenter" if needing else "pair.negatives (nli-contradiction)"
@@ -153,6 +158,12 @@ class Recipe(Spec):
         if self.train is not None:
             tasks += self.train.dev_tasks
         return tasks
+
+    def soup_recipes(self) -> list[Recipe]:
+        """The recipes whose models go into the soup, as loaded (their paths resolved)."""
+        if self.soup is None:
+            return []
+        return [Recipe.model_validate(entry) for entry in self.soup.recipes if isinstance(entry, dict)]
 
     @property
     def wants_nli_links(self) -> bool:
@@ -311,4 +322,28 @@ def recipe_from_mapping(raw: dict, path: Path | str, overrides: list[str] | None
     meaning = recipe.filters.meaning
     if meaning is not None:
         meaning.encoder = _model_beside(base, meaning.encoder, "filters.meaning.encoder")
+    if recipe.soup is not None:
+        recipe.soup.recipes = [_soup_ingredient(recipe, base, entry) for entry in recipe.soup.recipes]
     return recipe
+
+
+def _soup_ingredient(recipe: Recipe, base: Path, entry: str | dict) -> dict:
+    """A `soup.recipes` entry loaded from the recipe's folder, as a flow parameter carries it;
+    one that cannot share the soup's start is refused before anything runs."""
+    if isinstance(entry, dict):
+        return entry  # loaded before (a flow's parameter)
+    path = base / entry
+    raw = read_recipe_file(path)
+    where = f"soup.recipes names {path}"
+    if "soup" in raw:  # before loading it: a soup naming itself would never end
+        raise RecipeError(f"{where}, itself a soup: name the recipes of its soup.recipes here instead")
+    ingredient = recipe_from_mapping(raw, path)
+    if ingredient.train is None:
+        raise RecipeError(f"{where}, which trains nothing (no train section): name a recipe that trains a model")
+    assert recipe.train is not None  # the schema requires it with soup
+    if ingredient.train.encoder != recipe.train.encoder:
+        raise RecipeError(
+            f"{where}, which starts from {ingredient.train.encoder}, not {recipe.train.encoder}: a soup averages "
+            "fine-tunes of one start; set the same train.encoder in both"
+        )
+    return ingredient.model_dump(mode="json", exclude_unset=True)

@@ -125,3 +125,29 @@ class ExecutionSpec(Spec):
     retry_delay_s: float = Field(
         10.0, ge=0, le=86_400, description="first retry delay (at most a day); doubles for each further retry"
     )
+
+
+MAX_SOUP_RECIPES = 16  # each one trains a model
+
+
+class SoupSpec(Spec):
+    """Average this recipe's model with the models of other recipes over the same start (a
+    model soup): each share of this recipe's model is a candidate mix, the rest split evenly
+    among the others, and the recipe's dev tasks and selection rule choose the mix (this recipe's
+    model alone included). The other recipes run first where their models are not in the lake."""
+
+    recipes: list[str | dict[str, Any]] = Field(
+        min_length=1,
+        max_length=MAX_SOUP_RECIPES,
+        description="recipe files (from this recipe's folder) whose trained models go into the soup",
+    )
+    shares: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        [0.5], min_length=1, max_length=32, description="this recipe's model's candidate shares of the average"
+    )
+
+    @field_validator("shares")
+    @classmethod
+    def _distinct(cls, shares: list[float]) -> list[float]:
+        if len(set(shares)) != len(shares):
+            raise ValueError(f"soup.shares lists a share twice: {shares}")
+        return shares

@@ -13,6 +13,7 @@ from typing import Any
 from viewmill.augment.models import release_models
 from viewmill.augment.views import ShardReport
 from viewmill.pipelines.context import RunContext, new_run_id
+from viewmill.pipelines.recipe import Recipe
 from viewmill.pipelines.run_record import FlowRunInfo, RunSummary, begin_run, end_run
 from viewmill.pipelines.stages.augment import ShardJob, augment_finish, augment_plan, run_shards_here, shard_jobs
 from viewmill.pipelines.stages.evaluate import EvalTarget, evaluate_stage
@@ -20,7 +21,8 @@ from viewmill.pipelines.stages.ingest import ingest_stage
 from viewmill.pipelines.stages.pair import existing_snapshot, pair_stage
 from viewmill.pipelines.stages.preflight import preflight
 from viewmill.pipelines.stages.producers import release_producers
-from viewmill.pipelines.stages.train import train_stage
+from viewmill.pipelines.stages.soup import soup_stage
+from viewmill.pipelines.stages.train import TrainResult, train_stage
 from viewmill.storage.snapshots import Snapshot
 from viewmill.train.encoder import resolve_encoder
 from viewmill.train.export import model_id_of
@@ -114,6 +116,15 @@ def _make_pairs(ctx: RunContext, timed: StageTimer, map_shards: MapShards, summa
     return timed("pair", pair_stage, ctx, pairings, summary.ingest.corpus_version)
 
 
+def _ingredient(ctx: RunContext, timed: StageTimer, recipe: Recipe) -> TrainResult:
+    """A soup recipe's model: its run in the same state, every stage reused where done before
+    (a run of its own in `runs`), its augmenting in this process, not evaluated."""
+    child = RunContext(recipe, ctx.state, ctx.settings)
+    summary = run_recipe(child, timed.call, evaluate=False)
+    trained = summary["train"]
+    return TrainResult(trained["model_id"], trained["path"], trained["reused"], trained["selected_step"])
+
+
 def _train_and_evaluate(
     ctx: RunContext, timed: StageTimer, summary: RunSummary, snap: Snapshot, *, evaluate: bool
 ) -> None:
@@ -133,6 +144,11 @@ def _train_and_evaluate(
         timed.timings["train_first_step"] = trained.first_step_s
         if trained.median_step_s is not None:
             timed.timings["train_step"] = trained.median_step_s
-    models.append(EvalTarget("trained", summary.train.path, summary.train.model_id, card=True, start=start))
+    final = summary.train.path, summary.train.model_id
+    if ctx.recipe.soup is not None:
+        ingredients = [summary.train, *(_ingredient(ctx, timed, recipe) for recipe in ctx.recipe.soup_recipes())]
+        summary.soup = timed("soup", soup_stage, ctx, ingredients)
+        final = summary.soup.path, summary.soup.model_id
+    models.append(EvalTarget("trained", *final, card=True, start=start))
     if evaluates:
         summary.evals = timed("evaluate", evaluate_stage, ctx, models)

@@ -16,6 +16,7 @@ from viewmill.augment.views import AugmentReport
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.stages.evaluate import EvalRow
 from viewmill.pipelines.stages.ingest import IngestReport
+from viewmill.pipelines.stages.soup import SoupResult
 from viewmill.pipelines.stages.train import TrainResult
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.schema import RUNS
@@ -39,6 +40,7 @@ class RunSummary:
     augment: dict[str, AugmentReport] | None = None  # per augmenter
     snapshot: Snapshot | None = None
     train: TrainResult | None = None
+    soup: SoupResult | None = None  # the exported soup, where the recipe has one
     evals: list[EvalRow] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -52,6 +54,8 @@ class RunSummary:
             out["snapshot"] = asdict(self.snapshot)
         if self.train is not None:
             out["train"] = self.train.as_dict()
+        if self.soup is not None:
+            out["soup"] = self.soup.as_dict()
         if self.evals is not None:
             out["evals"] = [asdict(row) for row in self.evals]
         return out

@@ -155,7 +155,8 @@ def card_body(name: str, manifest: Mapping[str, Any], dev: list[dict[str, Any]])
         f"- max_seq_length: {manifest['max_seq_length']} tokens, the length training truncated at; "
         "longer inputs are truncated the same way",
     ]
-    if selected == 0:
+    lines += _soup_lines(manifest.get("soup"))
+    if selected == 0 and not manifest.get("soup"):
         lines += ["", "**No improvement over the start.** No dev evaluation beat the starting model, so this "
                   f"directory holds `{manifest.get('base_model')}` unchanged (selected_step: 0). "
                   "It is not a trained result."]  # fmt: skip
@@ -177,6 +178,17 @@ def card_body(name: str, manifest: Mapping[str, Any], dev: list[dict[str, Any]])
     if entry is not None and entry.citation:
         lines += ["", "## Citation", "", "```bibtex", entry.citation, "```"]
     return "\n".join(lines) + "\n"
+
+
+def _soup_lines(soup: Mapping[str, Any] | None) -> list[str]:
+    """What a soup averaged: its models' weights, and the dev tasks' choice of the mix."""
+    if not soup:
+        return []
+    folders = {item["model_id"]: item["folder"] for item in soup["ingredients"]}
+    parts = ", ".join(f"`{folders[model]}` x {weight:.2f}" for model, weight in soup["weights"].items())
+    return ["", f"**A model soup**: the weights of {len(folders)} fine-tunes of one start averaged ({parts}); "
+            f"the mix chosen on the dev tasks among {len(soup['candidates'])} candidates. The training above is "
+            "the first model's."]  # fmt: skip
 
 
 def _entry(objective: str):

@@ -43,6 +43,7 @@ from viewmill.pipelines.stages.ingest import ingest_stage
 from viewmill.pipelines.stages.pair import pair_stage
 from viewmill.pipelines.stages.preflight import preflight
 from viewmill.pipelines.stages.shard_lakes import keeping_lakes
+from viewmill.pipelines.stages.soup import soup_stage
 from viewmill.pipelines.stages.train import train_stage
 from viewmill.pipelines.state import StatePaths
 from viewmill.pipelines.sweep import SweepRecipes, run_sweep
@@ -51,12 +52,12 @@ from viewmill.settings import Settings
 
 # Stages cache through the lake themselves (translations, views, models, evals), so
 # Prefect's own caching stays off for them and tasks never hash lake connections.
-_STAGES = (preflight, ingest_stage, augment_plan, augment_finish, pair_stage, train_stage, evaluate_stage)
+_STAGES = (preflight, ingest_stage, augment_plan, augment_finish, pair_stage, train_stage, soup_stage, evaluate_stage)
 # Stages that hold a model on the accelerator carry the `gpu` tag: a concurrency limit of 1
 # on that tag (viewmill serve, viewmill deploy, prefect.yaml's build step set it: deploy.py) keeps one
 # GPU from running two of them at once.
 DASK_ENV = "VIEWMILL_DASK"
-MODEL_STAGES = {train_stage, evaluate_stage}
+MODEL_STAGES = {train_stage, soup_stage, evaluate_stage}
 TASKS = {
     fn: task(
         fn,

@@ -92,7 +92,7 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> TrainResul
             report = _train(ctx, snapshot, model_id, out_dir, staged)
             crash_point("exported")
         if main:
-            _publish_model(ctx, staged, out_dir, model_id)
+            publish_model(ctx, staged, out_dir, model_id)
     selected = report.selected_step if report is not None else read_manifest(out_dir).get("selected_step")
     return TrainResult(model_id, str(out_dir), reused=report is None, selected_step=selected, report=report)
 
@@ -117,7 +117,7 @@ def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged:
     table = table.drop_columns([name for name in ("pair_id", "sentence_id") if name in table.column_names])
     stamp = lambda _step, _loss: stamps.append(time.perf_counter())  # noqa: E731
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps, unit="steps") as progress:
-        report = train_model(table, base, spec, staged, card=card, keys=keys, dev=_dev_scorer(spec.dev_tasks, progress),
+        report = train_model(table, base, spec, staged, card=card, keys=keys, dev=dev_scorer(spec.dev_tasks, progress),
                              on_trained=lambda step: progress(step, spec.steps), phase=progress.phase,
                              on_step=stamp)  # fmt: skip
     report.first_step_s, report.median_step_s = step_times(stamps)
@@ -159,7 +159,7 @@ def with_sources(lake: Lake, pairs: pa.Table, purpose: str) -> pa.Table:
     return pairs.append_column("text_source", found["text"].take(where))
 
 
-def _publish_model(ctx: RunContext, staged: Path, out_dir: Path, model_id: str) -> None:
+def publish_model(ctx: RunContext, staged: Path, out_dir: Path, model_id: str) -> None:
     """Record the model's lake row (once), then rename its staged export into place; an export
     whose manifest names another model, or whose files are not those it recorded, is refused."""
     source = out_dir if is_complete_model(out_dir) else staged
@@ -184,7 +184,7 @@ def trained_models(lake: Lake, state: StatePaths) -> list[dict[str, Any]]:
     return [{**row, "folder": state.model_folder(row["path"])} for row in rows.to_pylist()]
 
 
-def _dev_scorer(tasks: list[DevTask], progress: PlainProgress | None = None) -> DevScore | None:
+def dev_scorer(tasks: list[DevTask], progress: PlainProgress | None = None) -> DevScore | None:
     """Each dev task's score (sentence-transformers' own evaluator; a text shared by several
     tasks encoded once per evaluation) and their weighted mean, the selection score. `progress`
     says which task it scores, outside its rate of training steps."""

@@ -19,7 +19,7 @@ from tests.tiny_mt import build_tiny_fsmt
 from viewmill.settings import Settings
 
 STAGES = {"preflight", "ingest_stage", "augment_plan", "augment_shard", "augment_finish", "pair_stage",
-          "train_stage", "_publish_model", "evaluate_stage", "begin_run", "end_run", "existing_snapshot"}  # fmt: skip
+          "train_stage", "publish_model", "evaluate_stage", "begin_run", "end_run", "existing_snapshot"}  # fmt: skip
 
 RECIPE = """
 name: loads

@@ -328,6 +328,6 @@ def test_each_dev_evaluation_says_its_scores_and_step(monkeypatch):
     progress = PlainProgress("train bsl (20 steps)", 20, lines.append)
     progress.advance(10, 20)
     tasks = [SimpleNamespace(name=name, weight=1.0) for name in scores]
-    result = train_stage._dev_scorer(tasks, progress)(None)
+    result = train_stage.dev_scorer(tasks, progress)(None)
     assert result.score == pytest.approx(83.262)
     assert lines[-1] == "train bsl (20 steps): dev at step 10: stsb-dev 86.72, sick-trial 79.80 (mean 83.26)"

@@ -13,7 +13,7 @@ import yaml
 from viewmill.pipelines.orchestration import artifacts
 from viewmill.pipelines.recipe import DevTask, RecipeError, load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
-from viewmill.pipelines.stages.train import _dev_scorer, model_id_for
+from viewmill.pipelines.stages.train import dev_scorer, model_id_for
 from viewmill.pipelines.state import StatePaths
 from viewmill.pipelines.sweep import run_sweep
 from viewmill.storage.lake import Lake
@@ -107,16 +107,16 @@ def test_the_model_id_covers_the_precision_auto_resolves_to(tiny_recipe, monkeyp
     assert model_id("fp32") == model_id("bf16", "train.precision=fp32")
 
 
-def test_the_dev_scorer_gives_each_task_and_their_weighted_mean(tmp_path, tiny_recipe, tiny_model):
+def test_thedev_scorer_gives_each_task_and_their_weighted_mean(tmp_path, tiny_recipe, tiny_model):
     dev = "train.dev=" + json.dumps([STSB_DEV, {**EN_EN, "weight": 3}])
     tasks = load_recipe(_recipe(tiny_recipe), [dev]).train.dev_tasks
     model = load_sentence_model(str(tiny_model))
-    result = _dev_scorer(tasks)(model)
+    result = dev_scorer(tasks)(model)
     alone = {t.name: model_spearman_x100(model, concatenated(load_task(t))) for t in tasks}
     assert result.scores == pytest.approx(alone, abs=1e-6)
     assert result.score == pytest.approx((alone["sts-dev"] + 3 * alone["en-en"]) / 4)
     assert alone["sts-dev"] != pytest.approx(alone["en-en"]), "the fixture's two tasks differ"
-    assert _dev_scorer([]) is None
+    assert dev_scorer([]) is None
 
 
 def test_a_dev_task_that_cannot_be_scored_is_refused(tmp_path):
@@ -126,7 +126,7 @@ def test_a_dev_task_that_cannot_be_scored_is_refused(tmp_path):
     (track / "STS.gs.track6.tr-en.txt").write_text("1\n", encoding="utf-8")
     task = DevTask(name="tr-en", format="sts17", track="tr-en", path=track)
     with pytest.raises(EvalDataError, match="dev task tr-en cannot be scored: .* choose another dev task"):
-        _dev_scorer([task])
+        dev_scorer([task])
 
 
 def test_the_training_artifact_shows_each_dev_task(tmp_path):

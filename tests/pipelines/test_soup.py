@@ -1,0 +1,97 @@
+"""A soup recipe run end to end (real Apertium, real DuckLake, the tiny model), and the recipes
+a soup refuses before anything runs."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from viewmill.pipelines.recipe import RecipeError, load_recipe
+from viewmill.pipelines.run import RunContext, run_recipe
+from viewmill.pipelines.state import StatePaths
+from viewmill.storage.lake import Lake
+
+from tests.conftest import needs_apertium
+
+# keep_best off: each fine-tune exports its last step, so the two differ from the start and each other.
+DEV = "  dev: [{name: sts-dev, format: stsb, path: sts.csv}]\n  eval_every: 2\n  keep_best: false\n"
+
+
+def _soup_recipes(tiny_recipe: Path, soup: str = "soup: {recipes: [other.yaml], shares: [0.5]}") -> Path:
+    """soup.yaml (the tiny recipe with dev scoring and `soup`) and other.yaml (another fine-tune
+    of the same start: another learning rate and seed) beside the tiny recipe."""
+    text = tiny_recipe.read_text(encoding="utf-8")
+    with_dev = text.replace("  encoder_lr: 1.0e-3\n", "  encoder_lr: 1.0e-3\n" + DEV)
+    other = with_dev.replace("name: tiny", "name: other").replace("encoder_lr: 1.0e-3", "encoder_lr: 3.0e-3\n  seed: 5")
+    (tiny_recipe.parent / "other.yaml").write_text(other, encoding="utf-8")
+    recipe = tiny_recipe.parent / "soup.yaml"
+    recipe.write_text(with_dev.replace("name: tiny", "name: soup") + soup + "\n", encoding="utf-8")
+    return recipe
+
+
+@needs_apertium
+def test_a_soup_run_trains_its_ingredients_averages_them_and_evaluates_the_soup(tmp_path, tiny_recipe):
+    recipe = _soup_recipes(tiny_recipe)
+    state = StatePaths(tmp_path / "state")
+    first = run_recipe(RunContext(load_recipe(recipe), state))
+    soup = first["soup"]
+    own, other = first["train"]["model_id"], next(iter(set(soup["weights"]) - {first["train"]["model_id"]}))
+    assert [c["weights"][own] for c in soup["candidates"]] == [1.0, 0.5]
+    chosen = soup["weights"][own]
+
+    # The exported weights are the chosen mix of the two models' own files.
+    with Lake(state.lake, read_only=True) as lake:
+        rows = lake.arrow("SELECT model_id, path FROM models").to_pylist()
+        folders = {row["model_id"]: state.model_folder(row["path"]) for row in rows}
+        trained = lake.arrow("SELECT model FROM evals WHERE model = ?", [soup["model_id"]]).num_rows
+        runs = lake.arrow("SELECT recipe, status FROM runs ORDER BY started_at").to_pylist()
+    assert set(folders) == {own, other, soup["model_id"]}, "both fine-tunes and the soup are recorded in models"
+    assert trained >= 1, "the evaluate stage scored the soup, not its first model"
+    assert [(r["recipe"], r["status"]) for r in runs] == [("soup", "succeeded"), ("other", "succeeded")]
+    weights = [load_file(Path(folders[m]) / "model.safetensors") for m in (own, other, soup["model_id"])]
+    for name, tensor in weights[2].items():
+        if tensor.is_floating_point():
+            expected = chosen * weights[0][name].float() + (1 - chosen) * weights[1][name].float()
+            assert torch.allclose(tensor.float(), expected.to(tensor.dtype).float()), name
+    manifest = json.loads((Path(soup["path"]) / "viewmill.json").read_text())
+    assert manifest["soup"]["weights"] == soup["weights"] and manifest["model_id"] == soup["model_id"]
+    assert "A model soup" in (Path(soup["path"]) / "README.md").read_text()
+
+    again = run_recipe(RunContext(load_recipe(recipe), state))
+    assert again["soup"]["reused"] and again["soup"]["model_id"] == soup["model_id"] and again["train"]["reused"]
+
+
+def _other_start(text: str) -> str:
+    return re.sub(r"  encoder: .*", "  encoder: embedded:all-MiniLM-L6-v2", text)
+
+
+@pytest.mark.parametrize(
+    ("soup", "other", "message"),
+    [
+        (
+            "soup: {recipes: [other.yaml]}",
+            lambda t: t.replace("train:", "soup: {recipes: [x.yaml]}\ntrain:"),
+            "itself a soup",
+        ),
+        ("soup: {recipes: [other.yaml]}", lambda t: t[: t.index("train:")], "trains nothing"),
+        ("soup: {recipes: [other.yaml]}", _other_start, "a soup averages fine-tunes of one start"),
+        ("soup: {recipes: [missing.yaml]}", None, "missing.yaml"),
+        ("soup: {recipes: [other.yaml], shares: [0.5, 0.5]}", None, "share twice"),
+    ],
+)
+def test_a_soup_that_cannot_be_made_is_refused_when_the_recipe_loads(tiny_recipe, soup, other, message):
+    recipe = _soup_recipes(tiny_recipe, soup)
+    if other is not None:
+        path = tiny_recipe.parent / "other.yaml"
+        path.write_text(other(path.read_text(encoding="utf-8")), encoding="utf-8")
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(recipe)
+
+
+def test_a_soup_needs_dev_tasks_to_choose_its_mix(tiny_recipe):
+    recipe = _soup_recipes(tiny_recipe)
+    recipe.write_text(recipe.read_text().replace(DEV, ""), encoding="utf-8")
+    with pytest.raises(RecipeError, match="needs a train section with train.dev"):
+        load_recipe(recipe)
