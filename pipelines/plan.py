@@ -38,9 +38,11 @@ from viewmill.pipelines.state import StatePaths
 from viewmill.storage.catalog import Catalog
 from viewmill.storage.lake import Lake
 from viewmill.storage.snapshots import read_pairs
+from viewmill.train.encoder import resolve_encoder
 from viewmill.train.evaluation.senteval import TransferTask, load_transfer
 from viewmill.train.evaluation.sts import load_task
 from viewmill.train.mining import MinedNegatives, MiningShape
+from viewmill.train.soup import candidate_weights
 from viewmill.train.step_timing import TrainMeasure
 
 from viewmill.memory import Watch
@@ -144,6 +146,11 @@ def plan_recipe(recipe: Recipe, state: StatePaths, settings: Settings, *, sample
             release_models()
             release_producers()
     stages = estimate(recipe, found, sentences, workers)
+    for ingredient in recipe.soup_recipes():  # trained before the soup, in the same state; not evaluated
+        part = plan_recipe(ingredient, state, settings, sample=sample, workers=workers, estimate_bytes=estimate_bytes)
+        stages += [replace(s, stage=f"{ingredient.name}: {s.stage}") for s in part.stages if s.stage != "evaluate"]
+    if recipe.soup is not None and "cpu" in found.encode:
+        stages.append(soup_estimate(recipe, found))
     return Plan(recipe.name, sentences, how, found.sample, workers, gpu, found.augmenters, stages)
 
 
@@ -360,6 +367,23 @@ def train_estimate(recipe: Recipe, found: Measures, pairs: int) -> StageEstimate
         note += f"; GPU memory peak {on_gpu.peak_gpu / 2**20:,.0f} MiB"
     snapshot = max(round((pairs - found.pairs) * found.pair_bytes), 0)
     return _alone("train", spec.steps * spec.batch_size, seconds("cpu"), cpu.peak_rss + snapshot, note, gpu)
+
+
+def soup_estimate(recipe: Recipe, found: Measures) -> StageEstimate:
+    """Loading every model, then one dev scoring per candidate mix; memory: each model's weights
+    beside one loaded for encoding."""
+    assert recipe.soup is not None and recipe.train is not None
+    models = 1 + len(recipe.soup.recipes)
+    mixes = len(candidate_weights(recipe.soup.shares, models))
+    weights = sum(f.stat().st_size for f in Path(resolve_encoder(recipe.train.encoder)).rglob("*.safetensors"))
+
+    def seconds(device: str) -> float:
+        e = found.encode[device]
+        return models * e.load_s + mixes * found.dev_texts / e.texts_per_s
+
+    gpu = seconds("cuda") if "cuda" in found.encode else None
+    note = f"{models} models averaged; {mixes} candidate mixes x {found.dev_texts} dev texts"
+    return _alone("soup", mixes, seconds("cpu"), found.encode["cpu"].peak_rss + models * weights, note, gpu)
 
 
 def evaluate_estimate(recipe: Recipe, found: Measures) -> StageEstimate:

@@ -116,11 +116,11 @@ def _make_pairs(ctx: RunContext, timed: StageTimer, map_shards: MapShards, summa
     return timed("pair", pair_stage, ctx, pairings, summary.ingest.corpus_version)
 
 
-def _ingredient(ctx: RunContext, timed: StageTimer, recipe: Recipe) -> TrainResult:
+def _ingredient(ctx: RunContext, call: Callable[..., Any], recipe: Recipe) -> TrainResult:
     """A soup recipe's model: its run in the same state, every stage reused where done before
     (a run of its own in `runs`), its augmenting in this process, not evaluated."""
     child = RunContext(recipe, ctx.state, ctx.settings)
-    summary = run_recipe(child, timed.call, evaluate=False)
+    summary = run_recipe(child, call, evaluate=False)
     trained = summary["train"]
     return TrainResult(trained["model_id"], trained["path"], trained["reused"], trained["selected_step"])
 
@@ -146,7 +146,8 @@ def _train_and_evaluate(
             timed.timings["train_step"] = trained.median_step_s
     final = summary.train.path, summary.train.model_id
     if ctx.recipe.soup is not None:
-        ingredients = [summary.train, *(_ingredient(ctx, timed, recipe) for recipe in ctx.recipe.soup_recipes())]
+        made = [timed("soup_recipes", _ingredient, ctx, timed.call, r, direct=True) for r in ctx.recipe.soup_recipes()]
+        ingredients = [summary.train, *made]
         summary.soup = timed("soup", soup_stage, ctx, ingredients)
         final = summary.soup.path, summary.soup.model_id
     models.append(EvalTarget("trained", *final, card=True, start=start))

@@ -20,6 +20,8 @@ def render_summary(summary: dict[str, Any], console: Console | None = None) -> N
         console.print(f"[bold]pairs snapshot[/] {snap['name']}: {snap['n_pairs']} pairs, {state}")
     if summary.get("train"):
         _print_train(console, summary["train"])
+    if summary.get("soup"):
+        _print_soup(console, summary["soup"])
     if summary.get("evals", []):
         console.print(_eval_table(summary["evals"]))
         for label, start in dict.fromkeys((e["model"], e["same_as"]) for e in summary["evals"] if e.get("same_as")):
@@ -99,3 +101,19 @@ def _eval_table(evals: list[dict[str, Any]]) -> Table:
             row.append(f"{values[1] - values[0]:+.2f}")
         table.add_row(*row)
     return table
+
+
+def _print_soup(console: Console, soup: dict[str, Any]) -> None:
+    """The soup's mixes: each model's weight, every dev score, which the rule allowed and which won."""
+    how = "reused (same models, shares, dev data and code)" if soup["reused"] else "made in this run"
+    console.print(f"[bold]soup[/] {soup['path']}: {how}")
+    table = Table(title="soup: candidate mixes on dev (the exported one marked *)")
+    models = list(soup["weights"])
+    tasks = list(soup["candidates"][0]["dev"]) if soup["candidates"] else []
+    for column in ["", *(m[:12] for m in models), *tasks, "mean", "rule"]:
+        table.add_column(column, justify="right")
+    for mix in soup["candidates"]:
+        chosen = "*" if mix["weights"] == soup["weights"] else ""
+        table.add_row(chosen, *(f"{mix['weights'][m]:.2f}" for m in models), *(f"{mix['dev'][t]:.2f}" for t in tasks),
+                      f"{mix['score']:.2f}", "allowed" if mix["accepted"] else "refused")  # fmt: skip
+    console.print(table)

@@ -91,6 +91,20 @@ def training_markdown(train: dict[str, Any], snapshot: dict[str, Any] | None) ->
     return "\n".join(lines) + "\n"
 
 
+def soup_markdown(soup: dict[str, Any]) -> str:
+    """The soup stage of a run (SoupResult.as_dict): where, and each candidate mix's weights and dev scores."""
+    models = list(soup["weights"])
+    tasks = list(soup["candidates"][0]["dev"]) if soup["candidates"] else []
+    lines = [f"soup `{soup['path']}` ({'reused' if soup['reused'] else 'made in this run'}); exported: *", "",
+             "| | " + " | ".join([*(m[:12] for m in models), *tasks, "mean", "rule"]) + " |",
+             "|---" * (len(models) + len(tasks) + 3) + "|"]  # fmt: skip
+    for mix in soup["candidates"]:
+        cells = [*(f"{mix['weights'][m]:.2f}" for m in models), *(f"{mix['dev'][t]:.2f}" for t in tasks),
+                 f"{mix['score']:.2f}", "allowed" if mix["accepted"] else "refused"]  # fmt: skip
+        lines.append(f"| {'*' if mix['weights'] == soup['weights'] else ''} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _dev_table(evals: list, per_task: dict[str, list]) -> list[str]:
     """The dev score of each evaluated step; over several dev tasks each task's and the selection score."""
     if not evals:

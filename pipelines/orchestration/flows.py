@@ -268,6 +268,9 @@ def publish(ctx: RunContext, summary: dict[str, Any]) -> None:
     if summary.get("train"):
         create_markdown_artifact(artifacts.training_markdown(summary["train"], snapshot), key=f"{key}-training",
                                  description=f"run {ctx.run_id}: the trained model")  # fmt: skip
+    if summary.get("soup"):
+        create_markdown_artifact(artifacts.soup_markdown(summary["soup"]), key=f"{key}-soup",
+                                 description=f"run {ctx.run_id}: the model soup")  # fmt: skip
     if summary.get("evals"):
         create_table_artifact(artifacts.eval_table(summary["evals"]), key=f"{key}-evals",
                               description=f"run {ctx.run_id}: evaluation")  # fmt: skip

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from rich.console import Console
 from safetensors.torch import load_file
+from viewmill.pipelines.cli.report import render_summary
+from viewmill.pipelines.orchestration.artifacts import soup_markdown
 from viewmill.pipelines.recipe import RecipeError, load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
@@ -59,6 +62,14 @@ def test_a_soup_run_trains_its_ingredients_averages_them_and_evaluates_the_soup(
     assert manifest["soup"]["weights"] == soup["weights"] and manifest["model_id"] == soup["model_id"]
     assert "A model soup" in (Path(soup["path"]) / "README.md").read_text()
 
+    console = Console(record=True, width=300)
+    render_summary(first, console)
+    shown = console.export_text()
+    assert f"soup {soup['path']}: made in this run" in shown and "candidate mixes on dev" in shown
+    assert "soup_recipes" in first["timings"] and "soup" in first["timings"]
+    markdown = soup_markdown(soup)
+    assert markdown.count("| allowed |") + markdown.count("| refused |") == 2
+
     again = run_recipe(RunContext(load_recipe(recipe), state))
     assert again["soup"]["reused"] and again["soup"]["model_id"] == soup["model_id"] and again["train"]["reused"]
 
@@ -95,3 +106,22 @@ def test_a_soup_needs_dev_tasks_to_choose_its_mix(tiny_recipe):
     recipe.write_text(recipe.read_text().replace(DEV, ""), encoding="utf-8")
     with pytest.raises(RecipeError, match="needs a train section with train.dev"):
         load_recipe(recipe)
+
+
+@needs_apertium
+def test_the_plan_of_a_soup_counts_each_recipe_it_names_and_the_soups_dev_scorings(tmp_path, tiny_recipe):
+    from viewmill.pipelines.plan import plan_recipe
+
+    from viewmill.settings import Settings
+
+    recipe = _soup_recipes(tiny_recipe, "soup: {recipes: [other.yaml], shares: [0.3, 0.5]}")
+    state = StatePaths(tmp_path / "state")
+    plan = plan_recipe(load_recipe(recipe), state, Settings(state_dir=state.root), sample=20)
+    stages = [s.stage for s in plan.stages]
+    assert stages == ["preflight", "ingest", "augment", "pair", "train", "evaluate",
+                      "other: preflight", "other: ingest", "other: augment", "other: pair", "other: train",
+                      "soup"]  # fmt: skip
+    soup = plan.stages[-1]
+    assert soup.rows == 3 and soup.seconds > 0 and "3 candidate mixes" in soup.note
+    assert plan.total.seconds == pytest.approx(sum(s.seconds for s in plan.stages))
+    assert not (state.root / "lake").exists(), "a plan writes no lake"
