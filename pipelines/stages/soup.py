@@ -84,8 +84,8 @@ def _cook(ctx: RunContext, ingredients: list[TrainResult], model_id: str, out_di
             progress.note(f"dev of {shares}: {scores} (mean {result.score:.2f})")
             progress(progress.done + 1, len(candidates))
 
-        with progress.phase("scoring dev"):
-            choice = choose_soup(models[0], states, names, candidates, score, start, spec.selection, scored)
+        # Scoring is the counted work here (one mix a unit), not a phase between units.
+        choice = choose_soup(models[0], states, names, candidates, score, start, spec.selection, scored)
     ids = [i.model_id for i in ingredients]
     rows = [
         {"weights": dict(zip(ids, mix, strict=True)), "dev": result.scores, "score": result.score,
