@@ -146,12 +146,14 @@ def plan_recipe(recipe: Recipe, state: StatePaths, settings: Settings, *, sample
             release_models()
             release_producers()
     stages = estimate(recipe, found, sentences, workers)
-    for ingredient in recipe.soup_recipes():  # trained before the soup, in the same state; not evaluated
+    evaluated = [s for s in stages if s.stage == "evaluate"]  # last, as in the run: after any soup
+    stages = [s for s in stages if s.stage != "evaluate"]
+    for ingredient in recipe.soup_recipes():  # run after this recipe's training, in the same state; not evaluated
         part = plan_recipe(ingredient, state, settings, sample=sample, workers=workers, estimate_bytes=estimate_bytes)
         stages += [replace(s, stage=f"{ingredient.name}: {s.stage}") for s in part.stages if s.stage != "evaluate"]
     if recipe.soup is not None and "cpu" in found.encode:
         stages.append(soup_estimate(recipe, found))
-    return Plan(recipe.name, sentences, how, found.sample, workers, gpu, found.augmenters, stages)
+    return Plan(recipe.name, sentences, how, found.sample, workers, gpu, found.augmenters, stages + evaluated)
 
 
 def count_sentences(ctx: RunContext) -> int:
@@ -370,8 +372,8 @@ def train_estimate(recipe: Recipe, found: Measures, pairs: int) -> StageEstimate
 
 
 def soup_estimate(recipe: Recipe, found: Measures) -> StageEstimate:
-    """Loading every model, then one dev scoring per candidate mix; memory: each model's weights
-    beside one loaded for encoding."""
+    """Loading every model, then one dev scoring per candidate mix; memory: each model's weights,
+    the first one's copy and a mix's average, beside one model loaded for encoding."""
     assert recipe.soup is not None and recipe.train is not None
     models = 1 + len(recipe.soup.recipes)
     mixes = len(candidate_weights(recipe.soup.shares, models))
@@ -383,7 +385,7 @@ def soup_estimate(recipe: Recipe, found: Measures) -> StageEstimate:
 
     gpu = seconds("cuda") if "cuda" in found.encode else None
     note = f"{models} models averaged; {mixes} candidate mixes x {found.dev_texts} dev texts"
-    return _alone("soup", mixes, seconds("cpu"), found.encode["cpu"].peak_rss + models * weights, note, gpu)
+    return _alone("soup", mixes, seconds("cpu"), found.encode["cpu"].peak_rss + (models + 2) * weights, note, gpu)
 
 
 def evaluate_estimate(recipe: Recipe, found: Measures) -> StageEstimate:

@@ -163,7 +163,10 @@ class Recipe(Spec):
         """The recipes whose models go into the soup, as loaded (their paths resolved)."""
         if self.soup is None:
             return []
-        return [Recipe.model_validate(entry) for entry in self.soup.recipes if isinstance(entry, dict)]
+        unloaded = [entry for entry in self.soup.recipes if not isinstance(entry, dict)]
+        if unloaded:
+            raise RecipeError(f"soup.recipes {unloaded[0]!r} was never loaded: read the recipe with load_recipe")
+        return [Recipe.model_validate(entry) for entry in self.soup.recipes]
 
     @property
     def wants_nli_links(self) -> bool:
@@ -323,6 +326,9 @@ def recipe_from_mapping(raw: dict, path: Path | str, overrides: list[str] | None
     if meaning is not None:
         meaning.encoder = _model_beside(base, meaning.encoder, "filters.meaning.encoder")
     if recipe.soup is not None:
+        named = [(base / entry).resolve() if isinstance(entry, str) else entry for entry in recipe.soup.recipes]
+        if len(set(map(str, named))) != len(named) or path.resolve() in named:
+            raise RecipeError(f"recipe {path}: soup.recipes names a recipe twice, or this recipe: name each other once")
         recipe.soup.recipes = [_soup_ingredient(recipe, base, entry) for entry in recipe.soup.recipes]
     return recipe
 
@@ -330,8 +336,10 @@ def recipe_from_mapping(raw: dict, path: Path | str, overrides: list[str] | None
 def _soup_ingredient(recipe: Recipe, base: Path, entry: str | dict) -> dict:
     """A `soup.recipes` entry loaded from the recipe's folder, as a flow parameter carries it;
     one that cannot share the soup's start is refused before anything runs."""
-    if isinstance(entry, dict):
-        return entry  # loaded before (a flow's parameter)
+    if not isinstance(entry, str):
+        raise RecipeError(
+            f"soup.recipes takes recipe files (paths from the recipe's folder), not a {type(entry).__name__}"
+        )
     path = base / entry
     raw = read_recipe_file(path)
     where = f"soup.recipes names {path}"

@@ -141,13 +141,16 @@ class SoupSpec(Spec):
         max_length=MAX_SOUP_RECIPES,
         description="recipe files (from this recipe's folder) whose trained models go into the soup",
     )
-    shares: list[Annotated[float, Field(ge=0, le=1)]] = Field(
-        [0.5], min_length=1, max_length=32, description="this recipe's model's candidate shares of the average"
+    shares: list[float] = Field(
+        [0.5], min_length=1, max_length=32, description="this recipe's model's candidate shares of the average, 0-1"
     )
 
     @field_validator("shares")
     @classmethod
     def _distinct(cls, shares: list[float]) -> list[float]:
+        outside = [share for share in shares if not 0 <= share <= 1]
+        if outside:
+            raise ValueError(f"soup.shares must lie between 0 and 1, got {outside[0]}")
         if len(set(shares)) != len(shares):
             raise ValueError(f"soup.shares lists a share twice: {shares}")
         return shares

@@ -8,8 +8,10 @@ soup is never chosen over it without a better dev score."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from viewmill.train.dev_scores import DevResult, DevSelection
@@ -38,6 +40,40 @@ def candidate_weights(shares: Sequence[float], ingredients: int) -> list[tuple[f
         if mix not in mixes:
             mixes.append(mix)
     return mixes
+
+
+def check_same_structure(folders: Sequence[Path], names: Sequence[str]) -> None:
+    """Refuse models an average would silently give the first one's settings: other module
+    classes (pooling, normalisation), another module's settings (CLS or mean pooling) or another
+    truncation length (`sentence_bert_config.json`)."""
+    first = _structure(folders[0])
+    for folder, name in zip(folders[1:], names[1:], strict=True):
+        for what, (mine, theirs) in _pairs(first, _structure(folder)):
+            if mine != theirs:
+                raise SoupError(
+                    f"{name} and {names[0]} differ in {what} ({theirs} against {mine}): a soup averages weights, "
+                    "so both must compute embeddings the same way; train them with the same objective and settings"
+                )
+
+
+def _structure(folder: Path) -> dict[str, object]:
+    """The settings that decide what a sentence-transformers folder computes besides its weights."""
+    modules = (
+        json.loads((folder / "modules.json").read_text(encoding="utf-8")) if (folder / "modules.json").is_file() else []
+    )
+    found: dict[str, object] = {"modules.json": [m["type"].rsplit(".", 1)[-1] for m in modules]}
+    for module in modules:
+        config = folder / module.get("path", "") / "config.json"
+        if module.get("path") and config.is_file():  # the transformer's own config.json is its architecture
+            found[f"{module['path']}/config.json"] = json.loads(config.read_text(encoding="utf-8"))
+    settings = folder / "sentence_bert_config.json"
+    if settings.is_file():
+        found["sentence_bert_config.json"] = json.loads(settings.read_text(encoding="utf-8"))
+    return found
+
+
+def _pairs(first: dict[str, object], other: dict[str, object]):
+    return ((key, (first.get(key), other.get(key))) for key in dict.fromkeys([*first, *other]))
 
 
 def average_weights(
@@ -79,11 +115,13 @@ def choose_soup(
     rule: DevSelection,
     on_scored: Callable[[tuple[float, ...], DevResult], None] | None = None,
 ) -> SoupChoice:
-    """Score each candidate mix on dev with its weights loaded into `model` (none of `states` may
-    share its tensors, or the first mix would overwrite them); the best selection
+    """Score each candidate mix on dev with its weights loaded into `model` (a state sharing its
+    tensors, such as its own `state_dict()`, is copied first, or the first mix would overwrite it); the best selection
     score among the mixes the rule accepts wins (the first candidate: the first ingredient alone,
     already chosen by its own training's rule). `model` is left holding the winner's weights;
     `on_scored` is told each mix's scores as they come."""
+    live = {tensor.data_ptr() for tensor in model.state_dict().values()}  # each mix is loaded into these
+    states = [{key: t.clone() if t.data_ptr() in live else t for key, t in state.items()} for state in states]
     results: dict[tuple[float, ...], DevResult] = {}
     accepted: dict[tuple[float, ...], bool] = {}
     best: tuple[float, ...] | None = None

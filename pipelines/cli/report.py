@@ -105,15 +105,15 @@ def _eval_table(evals: list[dict[str, Any]]) -> Table:
 
 def _print_soup(console: Console, soup: dict[str, Any]) -> None:
     """The soup's mixes: each model's weight, every dev score, which the rule allowed and which won."""
+    from viewmill.pipelines.stages.soup import mix_rows
+
     how = "reused (same models, shares, dev data and code)" if soup["reused"] else "made in this run"
-    console.print(f"[bold]soup[/] {soup['path']}: {how}")
-    table = Table(title="soup: candidate mixes on dev (the exported one marked *)")
-    models = list(soup["weights"])
-    tasks = list(soup["candidates"][0]["dev"]) if soup["candidates"] else []
-    for column in ["", *(m[:12] for m in models), *tasks, "mean", "rule"]:
+    what = "soup" if soup["exported"] else "soup not exported: the recipe's own model alone scored best on dev,"
+    console.print(f"[bold]{what}[/] {soup['path']}: {how}")
+    header, rows = mix_rows(soup)
+    table = Table(title="soup: candidate mixes on dev (the chosen one marked *)")
+    for column in header:
         table.add_column(column, justify="right")
-    for mix in soup["candidates"]:
-        chosen = "*" if mix["weights"] == soup["weights"] else ""
-        table.add_row(chosen, *(f"{mix['weights'][m]:.2f}" for m in models), *(f"{mix['dev'][t]:.2f}" for t in tasks),
-                      f"{mix['score']:.2f}", "allowed" if mix["accepted"] else "refused")  # fmt: skip
+    for row in rows:
+        table.add_row(*row)
     console.print(table)

@@ -11,6 +11,7 @@ from viewmill.pipelines.stages.augment import AugmentPlan
 from viewmill.pipelines.stages.evaluate import EvalRow
 from viewmill.pipelines.stages.ingest import IngestReport
 from viewmill.pipelines.stages.preflight import PreflightResult
+from viewmill.pipelines.stages.soup import SoupResult, mix_rows
 from viewmill.pipelines.stages.train import TrainResult
 from viewmill.storage.lake import Lake
 from viewmill.storage.snapshots import Snapshot
@@ -92,16 +93,12 @@ def training_markdown(train: dict[str, Any], snapshot: dict[str, Any] | None) ->
 
 
 def soup_markdown(soup: dict[str, Any]) -> str:
-    """The soup stage of a run (SoupResult.as_dict): where, and each candidate mix's weights and dev scores."""
-    models = list(soup["weights"])
-    tasks = list(soup["candidates"][0]["dev"]) if soup["candidates"] else []
-    lines = [f"soup `{soup['path']}` ({'reused' if soup['reused'] else 'made in this run'}); exported: *", "",
-             "| | " + " | ".join([*(m[:12] for m in models), *tasks, "mean", "rule"]) + " |",
-             "|---" * (len(models) + len(tasks) + 3) + "|"]  # fmt: skip
-    for mix in soup["candidates"]:
-        cells = [*(f"{mix['weights'][m]:.2f}" for m in models), *(f"{mix['dev'][t]:.2f}" for t in tasks),
-                 f"{mix['score']:.2f}", "allowed" if mix["accepted"] else "refused"]  # fmt: skip
-        lines.append(f"| {'*' if mix['weights'] == soup['weights'] else ''} | " + " | ".join(cells) + " |")
+    """The soup stage of a run (SoupResult.as_dict): the final model, each candidate mix's weights and scores."""
+    header, rows = mix_rows(soup)
+    made = "reused" if soup["reused"] else "made in this run"
+    what = "soup" if soup["exported"] else "no soup exported (the recipe's own model alone scored best on dev):"
+    lines = [f"{what} `{soup['path']}` ({made}); chosen mix: *", "", "| " + " | ".join(header) + " |",
+             "|---" * len(header) + "|", *("| " + " | ".join(row) + " |" for row in rows)]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -151,6 +148,10 @@ def describe_stage(result: Any) -> str | None:
     if isinstance(result, Snapshot):
         how = "created" if result.created else "reused (an identical snapshot existed)"
         return f"pairs snapshot {result.name}: {result.n_pairs} pairs, {how}; lake version {result.lake_version}"
+    if isinstance(result, SoupResult):
+        weights = ", ".join(f"{model[:12]} x {weight:.2f}" for model, weight in result.weights.items())
+        made = "reused" if result.reused else "made"
+        return f"soup {result.path}: {made}; {weights}" + ("" if result.exported else " (the recipe's own model alone)")
     if isinstance(result, TrainResult):
         how = "reused" if result.reused else f"trained {result.report.steps} steps" if result.report else "trained"
         step = _selected(result.selected_step)

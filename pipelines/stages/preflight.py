@@ -60,6 +60,8 @@ def preflight(ctx: RunContext) -> PreflightResult:
         distributed.check_device(recipe.train.device)
     encoder = check_encoder("train.encoder", recipe.train.encoder) if recipe.train is not None else None
     check_lake_files(ctx)
+    for named in recipe.soup_recipes():  # before this recipe trains: a soup's recipes run after it
+        preflight(RunContext(named, ctx.state, settings))
     return PreflightResult(sources=len(recipe.corpus.files), sampled=sampled, encoder=encoder)
 
 

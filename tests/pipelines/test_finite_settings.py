@@ -86,6 +86,8 @@ def test_the_walk_finds_the_settings_the_issue_named():
 
 def _shaped(annotation: typing.Any, value: typing.Any) -> typing.Any:
     """`value` where a field of this annotation holds a float: itself, or in a list or mapping."""
+    if typing.get_origin(annotation) in (list, tuple) and float in typing.get_args(annotation):
+        return [value]  # list[float]
     if annotation is float or float in typing.get_args(annotation):
         return value
     for arg in typing.get_args(annotation):

@@ -10,9 +10,12 @@ import torch
 from rich.console import Console
 from safetensors.torch import load_file
 from viewmill.pipelines.cli.report import render_summary
+from viewmill.pipelines.context import recipe_parameter
 from viewmill.pipelines.orchestration.artifacts import soup_markdown
-from viewmill.pipelines.recipe import RecipeError, load_recipe
+from viewmill.pipelines.recipe import Recipe, RecipeError, load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
+from viewmill.pipelines.stages.soup import SoupError, soup_model_id, soup_stage
+from viewmill.pipelines.stages.train import TrainResult
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
 
@@ -36,13 +39,15 @@ def _soup_recipes(tiny_recipe: Path, soup: str = "soup: {recipes: [other.yaml], 
 
 @needs_apertium
 def test_a_soup_run_trains_its_ingredients_averages_them_and_evaluates_the_soup(tmp_path, tiny_recipe):
-    recipe = _soup_recipes(tiny_recipe)
+    # Share 0: the other model alone is a candidate, so some mix beats this recipe's model on dev.
+    recipe = _soup_recipes(tiny_recipe, "soup: {recipes: [other.yaml], shares: [0.0, 0.5]}")
     state = StatePaths(tmp_path / "state")
     first = run_recipe(RunContext(load_recipe(recipe), state))
     soup = first["soup"]
     own, other = first["train"]["model_id"], next(iter(set(soup["weights"]) - {first["train"]["model_id"]}))
-    assert [c["weights"][own] for c in soup["candidates"]] == [1.0, 0.5]
+    assert [c["weights"][own] for c in soup["candidates"]] == [1.0, 0.0, 0.5]
     chosen = soup["weights"][own]
+    assert soup["exported"] and chosen < 1.0, soup["candidates"]
 
     # The exported weights are the chosen mix of the two models' own files.
     with Lake(state.lake, read_only=True) as lake:
@@ -68,7 +73,7 @@ def test_a_soup_run_trains_its_ingredients_averages_them_and_evaluates_the_soup(
     assert f"soup {soup['path']}: made in this run" in shown and "candidate mixes on dev" in shown
     assert "soup_recipes" in first["timings"] and "soup" in first["timings"]
     markdown = soup_markdown(soup)
-    assert markdown.count("| allowed |") + markdown.count("| refused |") == 2
+    assert markdown.count("| allowed |") + markdown.count("| refused |") == 3
 
     again = run_recipe(RunContext(load_recipe(recipe), state))
     assert again["soup"]["reused"] and again["soup"]["model_id"] == soup["model_id"] and again["train"]["reused"]
@@ -118,10 +123,69 @@ def test_the_plan_of_a_soup_counts_each_recipe_it_names_and_the_soups_dev_scorin
     state = StatePaths(tmp_path / "state")
     plan = plan_recipe(load_recipe(recipe), state, Settings(state_dir=state.root), sample=20)
     stages = [s.stage for s in plan.stages]
-    assert stages == ["preflight", "ingest", "augment", "pair", "train", "evaluate",
+    assert stages == ["preflight", "ingest", "augment", "pair", "train",
                       "other: preflight", "other: ingest", "other: augment", "other: pair", "other: train",
-                      "soup"]  # fmt: skip
-    soup = plan.stages[-1]
+                      "soup", "evaluate"]  # fmt: skip
+    soup = plan.stages[-2]
     assert soup.rows == 3 and soup.seconds > 0 and "3 candidate mixes" in soup.note
     assert plan.total.seconds == pytest.approx(sum(s.seconds for s in plan.stages))
     assert not (state.root / "lake").exists(), "a plan writes no lake"
+
+
+@needs_apertium
+def test_where_the_recipes_own_model_wins_alone_it_is_the_runs_model_and_nothing_is_exported(tmp_path, tiny_recipe):
+    # The rule refuses any mix below the start on dev; the tiny fine-tunes are all below it.
+    soup = "soup: {recipes: [other.yaml], shares: [0.5]}"
+    recipe = _soup_recipes(tiny_recipe, soup)
+    text = recipe.read_text().replace(
+        "  keep_best: false\n", "  keep_best: false\n  selection: {rule: mean-no-regression}\n"
+    )
+    recipe.write_text(text, encoding="utf-8")
+    state = StatePaths(tmp_path / "state")
+    first = run_recipe(RunContext(load_recipe(recipe), state))
+    soup_result, own = first["soup"], first["train"]
+    assert not soup_result["exported"] and soup_result["path"] == own["path"]
+    assert soup_result["model_id"] == own["model_id"] and [c["accepted"] for c in soup_result["candidates"]] == [
+        True, False]  # fmt: skip
+    assert not list(state.models.glob("soup-soup-*/")), "no soup folder: nothing was exported"
+    with Lake(state.lake, read_only=True) as lake:
+        scored = {row["model"] for row in lake.arrow("SELECT DISTINCT model FROM evals").to_pylist()}
+    assert own["model_id"] in scored, "the evaluate stage scored the recipe's own model as the run's"
+    again = run_recipe(RunContext(load_recipe(recipe), state))
+    assert again["soup"]["reused"] and again["soup"]["candidates"] == soup_result["candidates"]
+
+
+def test_two_ingredients_that_are_one_model_are_refused(tmp_path, tiny_recipe):
+    ctx = RunContext(load_recipe(_soup_recipes(tiny_recipe)), StatePaths(tmp_path / "state"))
+    twice = [TrainResult("same", str(tmp_path / "a"), False, 4), TrainResult("same", str(tmp_path / "b"), False, 4)]
+    with pytest.raises(SoupError, match="names one model twice"):
+        soup_stage(ctx, twice)
+
+
+def test_the_soup_id_changes_with_the_shares_and_the_models(tiny_recipe):
+    recipe = load_recipe(_soup_recipes(tiny_recipe))
+    models = [TrainResult("a", "a", False, 4), TrainResult("b", "b", False, 4)]
+    base = soup_model_id(recipe.train, recipe.soup, models)
+    other_shares = recipe.soup.model_copy(update={"shares": [0.6]})
+    assert soup_model_id(recipe.train, other_shares, models) != base
+    assert soup_model_id(recipe.train, recipe.soup, [models[0], TrainResult("c", "c", False, 4)]) != base
+
+
+def test_a_flow_parameter_carries_the_named_recipes_as_loaded(tiny_recipe):
+    recipe = load_recipe(_soup_recipes(tiny_recipe))
+    again = Recipe.model_validate(recipe_parameter(recipe))
+    named = load_recipe(tiny_recipe.parent / "other.yaml")
+    assert [r.content_hash() for r in again.soup_recipes()] == [named.content_hash()]
+
+
+@pytest.mark.parametrize(
+    ("soup", "message"),
+    [
+        ("soup: {recipes: [other.yaml, ./other.yaml]}", "names a recipe twice"),
+        ("soup: {recipes: [soup.yaml]}", "names a recipe twice, or this recipe"),
+        ("soup: {recipes: [{name: x}]}", "takes recipe files"),
+    ],
+)
+def test_a_recipe_named_twice_itself_or_inline_is_refused(tiny_recipe, soup, message):
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(_soup_recipes(tiny_recipe, soup))

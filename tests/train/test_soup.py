@@ -3,7 +3,7 @@
 import pytest
 import torch
 from viewmill.train.dev_scores import DevResult, DevSelection
-from viewmill.train.soup import SoupError, average_weights, candidate_weights, choose_soup
+from viewmill.train.soup import SoupError, average_weights, candidate_weights, check_same_structure, choose_soup
 
 NAMES = ["own", "other"]
 
@@ -73,3 +73,38 @@ def test_a_mix_the_rule_refuses_is_never_chosen_and_the_first_model_alone_always
                          rule)  # fmt: skip
     assert choice.accepted == {(1.0, 0.0): True, (0.5, 0.5): False, (0.3, 0.7): False}
     assert choice.weights == (1.0, 0.0) and model.weight.item() == pytest.approx(1.0)
+
+
+def _folder(root, name: str, pooling: dict, max_seq_length: int = 64):
+    import json
+
+    folder = root / name
+    (folder / "1_Pooling").mkdir(parents=True)
+    kinds = "sentence_transformers.models."
+    modules = [{"idx": 0, "name": "0", "path": "", "type": kinds + "Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": kinds + "Pooling"}]  # fmt: skip
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+    return folder
+
+
+def test_models_that_embed_differently_are_refused_before_any_average(tmp_path):
+    mean, cls = {"pooling_mode_mean_tokens": True}, {"pooling_mode_cls_token": True}
+    first = _folder(tmp_path, "a", mean)
+    check_same_structure([first, _folder(tmp_path, "b", mean)], ["a", "b"])  # alike: no error
+    with pytest.raises(SoupError, match="differ in 1_Pooling/config.json"):
+        check_same_structure([first, _folder(tmp_path, "c", cls)], ["a", "c"])
+    with pytest.raises(SoupError, match="differ in sentence_bert_config.json"):
+        check_same_structure([first, _folder(tmp_path, "d", mean, max_seq_length=128)], ["a", "d"])
+
+
+def test_the_models_own_state_is_copied_before_a_mix_is_loaded_into_it():
+    model = torch.nn.Linear(1, 1)
+    model.load_state_dict(_one_weight(1.0))
+    states = [model.state_dict(), _one_weight(0.0)]  # the first shares the model's tensors
+    candidates = candidate_weights([0.0, 0.5], 2)
+    choice = choose_soup(model, states, NAMES, candidates, _dev_by_weight(0.5, -1), {"mean": 0, "english": 5},
+                         DevSelection())  # fmt: skip
+    assert choice.weights == (0.5, 0.5) and model.weight.item() == pytest.approx(0.5)
+    assert states[0]["weight"].item() == pytest.approx(0.5), "the caller's state is the model's, now the mix"

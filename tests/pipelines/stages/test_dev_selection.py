@@ -107,7 +107,7 @@ def test_the_model_id_covers_the_precision_auto_resolves_to(tiny_recipe, monkeyp
     assert model_id("fp32") == model_id("bf16", "train.precision=fp32")
 
 
-def test_thedev_scorer_gives_each_task_and_their_weighted_mean(tmp_path, tiny_recipe, tiny_model):
+def test_the_dev_scorer_gives_each_task_and_their_weighted_mean(tmp_path, tiny_recipe, tiny_model):
     dev = "train.dev=" + json.dumps([STSB_DEV, {**EN_EN, "weight": 3}])
     tasks = load_recipe(_recipe(tiny_recipe), [dev]).train.dev_tasks
     model = load_sentence_model(str(tiny_model))
