@@ -72,3 +72,33 @@ def test_recipe_flow_runs_every_stage_as_a_task(tmp_path, tiny_recipe, prefect_s
             "prefect:viewmill-recipe", "prefect:viewmill-train"
         ]  # fmt: skip
         assert lake.scalar("SELECT count(*) FROM models") == 2
+
+
+def test_a_soup_recipe_runs_as_a_flow_its_named_recipes_stages_and_the_soup_as_tasks(
+    tmp_path, tiny_recipe, prefect_server
+):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from viewmill.pipelines.orchestration.flows import recipe_flow
+
+    from tests.pipelines.test_soup import _soup_recipes
+
+    recipe = _soup_recipes(tiny_recipe, "soup: {recipes: [other.yaml], shares: [0.0, 0.5]}")
+    state = recipe_flow(str(recipe), str(tmp_path / "state"), return_state=True)
+    assert state.is_completed(), state
+    summary = state.result()
+    assert summary["soup"]["exported"] and summary["soup"]["model_id"] != summary["train"]["model_id"]
+
+    async def names_and_keys() -> tuple[list[str], dict[str, str]]:
+        async with get_client() as client:
+            runs = await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+            )
+            found = await client.read_artifacts()
+            return [run.name.rsplit("-", 1)[0] for run in runs], {a.key: a.type for a in found if a.key}
+
+    names, keys = asyncio.run(names_and_keys())
+    assert names.count("train") == 2 and names.count("preflight") == 2 and names.count("soup") == 1
+    assert keys["soup-soup"] == "markdown"
