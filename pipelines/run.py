@@ -26,8 +26,9 @@ from viewmill.pipelines.stages.train import TrainResult, train_stage
 from viewmill.storage.snapshots import Snapshot
 from viewmill.train.encoder import resolve_encoder
 from viewmill.train.export import model_id_of
+from viewmill.train.mining import MinedNegatives
 
-from viewmill.memory import release_freed_memory
+from viewmill.memory import release_dropped_models, release_freed_memory
 
 __all__ = ["RunContext", "RunSummary", "new_run_id", "run_recipe"]
 
@@ -109,11 +110,14 @@ def _make_pairs(ctx: RunContext, timed: StageTimer, map_shards: MapShards, summa
         a.name: timed("augment", augment_finish, ctx, a.name, [r for r in done if r.augmenter == a.name])
         for a in ctx.recipe.augmenters
     }
-    release_models()  # translation and MLM weights are done for this run
+    released = release_models()  # translation, MLM and meaning-filter weights are done for this run
     release_producers()  # and so are the producers kept for this process's shards
     configs = {name: report.config_hash for name, report in summary.augment.items()}
     pairings = [(configs[a], configs[b]) for a, b in ctx.recipe.pair.pairs]
-    return timed("pair", pair_stage, ctx, pairings, summary.ingest.corpus_version)
+    snapshot = timed("pair", pair_stage, ctx, pairings, summary.ingest.corpus_version)
+    if released or isinstance(ctx.recipe.pair.negatives, MinedNegatives):  # a miner's encoder is dropped too
+        release_dropped_models()
+    return snapshot
 
 
 def _ingredient(ctx: RunContext, call: Callable[..., Any], recipe: Recipe) -> TrainResult:

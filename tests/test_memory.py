@@ -1,11 +1,12 @@
 """release_freed_memory hands a fragmented heap's free pages back (what a run calls between stages)."""
 
 import ctypes
+import gc
 import sys
 
 import pytest
 
-from viewmill.memory import _malloc_trim, release_freed_memory
+from viewmill.memory import _malloc_trim, release_freed_memory, rss_now
 
 
 def _rss_mib() -> float:
@@ -69,3 +70,25 @@ def test_a_watch_counts_the_processes_under_the_ones_a_thread_of_the_block_start
             shell.communicate(b"")
     assert watch.peak - rss_now() - before > 190 * 2**20
     assert tree_rss() - rss_now() - before < 20 * 2**20  # the pipeline is gone
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+def test_a_dropped_model_held_by_its_own_cycle_is_freed():
+    from viewmill.memory import release_dropped_models
+
+    class Module:  # as a model's modules refer to each other
+        def __init__(self) -> None:
+            self.weights = bytearray(b"1" * (200 * 2**20))
+            self.parent = self
+
+    was_enabled = gc.isenabled()
+    gc.disable()  # no automatic collection may free it first
+    try:
+        before = rss_now()
+        Module()  # dropped at once, held by its cycle
+        assert rss_now() - before > 150 * 2**20
+        release_dropped_models()
+        assert rss_now() - before < 50 * 2**20
+    finally:
+        if was_enabled:
+            gc.enable()

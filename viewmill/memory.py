@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import os
 import resource
 import threading
@@ -28,6 +29,15 @@ def release_freed_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+def release_dropped_models() -> None:
+    """A model's modules refer to each other, so a model a stage dropped is freed only when the
+    cycle collector runs, and training would stack on it (0.06-0.24 GiB at 10k sentences of the
+    full profile). One full collection, then `release_freed_memory`. Called only where a model
+    was dropped: a full collection costs in proportion to every object the process holds."""
+    gc.collect()
+    release_freed_memory()
 
 
 def rss_now() -> int:

@@ -125,3 +125,16 @@ def test_skipped_malformed_lines_are_counted_in_the_run_record(tmp_path, tiny_re
         counts = json.loads(lake.scalar("SELECT counts FROM runs"))
     assert counts["ingest"]["malformed"] == 1
     assert counts["ingest"]["malformed_examples"][0].startswith(f"{corpus}:23: not valid UTF-8")
+
+
+@pytest.mark.parametrize("released", [0, 1])
+def test_cycles_are_collected_before_training_only_where_the_run_dropped_a_model(
+    tmp_path, tiny_recipe, monkeypatch, released
+):
+    import viewmill.pipelines.run as run
+
+    calls = []
+    monkeypatch.setattr(run, "release_models", lambda: released)
+    monkeypatch.setattr(run, "release_dropped_models", lambda: calls.append("collected"))
+    run_recipe(RunContext(load_recipe(tiny_recipe), StatePaths(tmp_path / "state")), evaluate=False)
+    assert calls == (["collected"] if released else [])
