@@ -326,21 +326,29 @@ def recipe_from_mapping(raw: dict, path: Path | str, overrides: list[str] | None
     if meaning is not None:
         meaning.encoder = _model_beside(base, meaning.encoder, "filters.meaning.encoder")
     if recipe.soup is not None:
-        named = [(base / entry).resolve() if isinstance(entry, str) else entry for entry in recipe.soup.recipes]
-        if len(set(map(str, named))) != len(named) or path.resolve() in named:
-            raise RecipeError(f"recipe {path}: soup.recipes names a recipe twice, or this recipe: name each other once")
-        recipe.soup.recipes = [_soup_ingredient(recipe, base, entry) for entry in recipe.soup.recipes]
+        recipe.soup.recipes = _soup_ingredients(recipe, path)
     return recipe
 
 
-def _soup_ingredient(recipe: Recipe, base: Path, entry: str | dict) -> dict:
-    """A `soup.recipes` entry loaded from the recipe's folder, as a flow parameter carries it;
-    one that cannot share the soup's start is refused before anything runs."""
-    if not isinstance(entry, str):
+def _soup_ingredients(recipe: Recipe, path: Path) -> list[dict]:
+    """`soup.recipes`, files from the recipe's folder, each named once and never the recipe itself,
+    loaded as a flow parameter carries them."""
+    assert recipe.soup is not None
+    entries = recipe.soup.recipes
+    odd = next((entry for entry in entries if not isinstance(entry, str)), None)
+    if odd is not None:
         raise RecipeError(
-            f"soup.recipes takes recipe files (paths from the recipe's folder), not a {type(entry).__name__}"
+            f"soup.recipes takes recipe files (paths from the recipe's folder), not a {type(odd).__name__}"
         )
-    path = base / entry
+    files = [path.resolve().parent / entry for entry in entries]  # loaded as named; compared resolved
+    resolved = [file.resolve() for file in files]
+    if len(set(resolved)) != len(resolved) or path.resolve() in resolved:
+        raise RecipeError(f"recipe {path}: soup.recipes names a recipe twice, or this recipe: name each other once")
+    return [_soup_ingredient(recipe, file) for file in files]
+
+
+def _soup_ingredient(recipe: Recipe, path: Path) -> dict:
+    """One `soup.recipes` file, loaded; one that cannot share the soup's start is refused before anything runs."""
     raw = read_recipe_file(path)
     where = f"soup.recipes names {path}"
     if "soup" in raw:  # before loading it: a soup naming itself would never end
