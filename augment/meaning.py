@@ -41,6 +41,11 @@ class MeaningSpec(Spec):
         description="a view whose cosine to an earlier augmenter's kept view of the sentence is above this is a "
         "near-duplicate (so is one equal to it up to case, punctuation and spaces); default max_cosine, 1: text only",
     )
+    # Left out of the spec's dump on the CPU, so views filtered before the setting existed keep
+    # their configuration hashes; a GPU's cosines differ in their last digits, so its hash differs.
+    device: str = Field(
+        "cpu", exclude_if=lambda device: device == "cpu", description="where the encoder embeds: cpu, cuda or cuda:N"
+    )
 
     @model_validator(mode="after")
     def _floor_below_ceiling(self) -> MeaningSpec:

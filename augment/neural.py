@@ -234,7 +234,9 @@ class Seq2SeqEngine:
         return [self._generate(batch_ids, tgt, decoding) for batch_ids in batches]
 
     def _max_new_tokens(self, source_length: int, decoding: DecodingSpec) -> int:
-        return max(4, math.ceil(source_length * decoding.max_length_ratio))
+        # The decoder's positions bound it too (its start token takes one): a model that has not
+        # stopped by then would index past its position table (transformers: IndexError).
+        return min(max(4, math.ceil(source_length * decoding.max_length_ratio)), self.max_source - 1)
 
     def _generate(self, batch_ids: list[list[int]], tgt: str, decoding: DecodingSpec) -> list[list[str]]:
         raise NotImplementedError

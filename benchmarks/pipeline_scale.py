@@ -24,6 +24,7 @@ overhead on top of them is printed. Growth is the median seconds over the previo
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -42,7 +43,9 @@ from scale_recipes import PROFILES, install_plugin, recipe
 
 from viewmill.cpu import cpu_cores, flags_label
 
-VIEWMILL = str(Path(sys.executable).with_name("viewmill"))
+# The installed command, or the module where viewmill runs from a checkout (the lent GPU box).
+_INSTALLED = Path(sys.executable).with_name("viewmill")
+VIEWMILL = [str(_INSTALLED)] if _INSTALLED.exists() else [sys.executable, "-m", "viewmill.pipelines.cli.app"]
 RUN_STAGES = ("preflight", "ingest", "augment", "pair", "train", "evaluate")  # the order a run takes them
 CHUNK = 512  # the engines alone take batches of 512 (the pipeline's first commit, and Apertium's fixed one)
 SAMPLE_S = 0.1
@@ -124,14 +127,15 @@ def stage_peaks(record: dict, samples: list[tuple[float, int]]) -> dict[str, int
 
 def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str, str]) -> dict:
     """Plan, run, report, verify and export in a fresh state folder; every figure of one repeat."""
-    state, spec = workdir / "state", recipe(args.profile, corpus, args.format, args.steps)
+    models = {"mt": str(args.mt_model), "encoder": str(args.encoder), "device": args.device}
+    state, spec = workdir / "state", recipe(args.profile, corpus, args.format, args.steps, models=models)
     workdir.mkdir()
     recipe_path = workdir / "recipe.yaml"
     recipe_path.write_text(json.dumps(spec), encoding="utf-8")  # JSON is YAML
     on_state = ["--state-dir", str(state)]
-    plan_run = timed_process([VIEWMILL, "plan", str(recipe_path), "--format", "json", *on_state], env)
+    plan_run = timed_process([*VIEWMILL, "plan", str(recipe_path), "--format", "json", *on_state], env)
     plan = json.loads(plan_run["stdout"])
-    run = timed_process([VIEWMILL, "run", str(recipe_path), "--no-prefect", *on_state], env)
+    run = timed_process([*VIEWMILL, "run", str(recipe_path), "--no-prefect", *on_state], env)
     record = run_record(state)
     rows, peaks = stage_rows(record, spec), stage_peaks(record, run["samples"])
     stages = {s: {"seconds": record["timings"][s], "rows": rows.get(s), "peak_rss": peaks[s]}
@@ -149,8 +153,11 @@ def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str
         "lake export": (["lake", "export", record["snapshot"], str(workdir / "st.parquet"),
                          "--layout", "sentence-transformers"], record["pairs"]),
     }  # fmt: skip
+    if importlib.util.find_spec("polars") is None:  # the lent GPU box: polars's wheel does not travel there
+        print("views report: skipped (polars is not installed)", flush=True)
+        del commands["views report"]
     for name, (command, handled) in commands.items():
-        done = timed_process([VIEWMILL, *command, *on_state], env)
+        done = timed_process([*VIEWMILL, *command, *on_state], env)
         stages[name] = {"seconds": done["seconds"], "rows": handled, "peak_rss": done["peak_rss"]}
     stages["plan (process)"] = {"seconds": plan_run["seconds"], "rows": None, "peak_rss": plan_run["peak_rss"]}
     if args.profile == "full":
@@ -205,10 +212,16 @@ def gathered(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
-def planned(plan: dict) -> dict[str, float]:
-    """The plan's seconds per stage; its whole-run total beside the run's process."""
-    stages = {"start + preflight" if s["stage"] == "preflight" else s["stage"]: s["seconds"] for s in plan["stages"]}
-    return stages | {"run (process)": plan["total"]["seconds"]}
+def planned(plan: dict, gpu: bool = False) -> dict[str, float]:
+    """The plan's seconds per stage; its whole-run total beside the run's process. `gpu`: its
+    GPU column where it measured one (the `gpu` profile trains on the GPU)."""
+
+    def seconds(row: dict) -> float:
+        on_gpu = row["gpu_seconds"]
+        return on_gpu if gpu and isinstance(on_gpu, int | float) else row["seconds"]
+
+    stages = {"start + preflight" if s["stage"] == "preflight" else s["stage"]: seconds(s) for s in plan["stages"]}
+    return stages | {"run (process)": seconds(plan["total"])}
 
 
 def spread(values: list[float]) -> str:
@@ -275,11 +288,12 @@ def bench(args: argparse.Namespace, tmp: Path) -> list[dict]:
         runs = [one_run(tmp / f"{n}-{repeat}", corpus, args, env) for repeat in range(args.repeats)]
         corpus.unlink()
         stages = gathered(runs)
-        print_table(n, stages, planned(runs[0]["plan"]), before, n / last_n if last_n else 1)
+        plan = planned(runs[0]["plan"], gpu=args.profile == "gpu")
+        print_table(n, stages, plan, before, n / last_n if last_n else 1)
         print_overhead(stages)
         wall = stages["run (process)"]
         print(f"whole run: {spread(wall['seconds'])} s wall, peak RSS {wall['peak_rss'] / 2**30:.2f} GiB; "
-              f"plan's total {runs[0]['plan']['total']['seconds']:.1f} s", flush=True)  # fmt: skip
+              f"plan's total {plan['run (process)']:.1f} s", flush=True)  # fmt: skip
         results.append({"sentences": n, "stages": stages, "runs": runs})
         before, last_n = stages, n
     return results
@@ -293,9 +307,14 @@ def main() -> None:
     parser.add_argument("--paragraph", type=int, default=20, help="book: sentences per paragraph")
     parser.add_argument("--steps", type=int, default=20, help="training steps (batch 32)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--mt-model", type=Path, help="gpu: a MarianMT folder for every hop")
+    parser.add_argument("--encoder", type=Path, help="gpu: a sentence-transformers folder (filter, miner, training)")
+    parser.add_argument("--device", default="cuda", help="gpu: where every model runs")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     parser.add_argument("--alone", type=Path, help=argparse.SUPPRESS)  # a child: the engines alone on a state
     args = parser.parse_args()
+    if args.profile == "gpu" and not (args.mt_model and args.encoder):
+        parser.error("--profile gpu needs --mt-model and --encoder")
     if args.alone:
         print(json.dumps(engines_alone(args.alone)))
         return

@@ -12,6 +12,14 @@ that swaps each pair of neighbouring words: deterministic, about as fast as a co
 goes through the translation cache and the filters as a real engine's output does. WordNet's
 `synonym` augmenter was the built-in candidate, but it replaces about 900 sentences/s (20 min
 for 1M on its own), so it would measure nltk, not the pipeline.
+
+`gpu`: the `full` profile's stages on a GPU box with a neural engine (issue 32.4): the identity
+view, a forward translation and a round trip through one `hf` model (MarianMT) on the GPU, the
+meaning filter, the miner and training on the GPU, STS-B dev evaluation. The models are folders
+given on the command line: on the lent box, random weights at a real model's size (no weights
+travel there), whose outputs run to the length cap (1.2x the longest source of a batch); so the
+length and meaning filters keep every view (their work is still done) and the timings are a
+neural engine's worst case at that cap.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STS_DEV = ROOT / "recipes" / "data" / "stsbenchmark" / "sts-dev.csv"
 PLUGIN_NAME = "viewmill_bench_plugin"
 PLUGIN_ENGINE = "benchswap"
-PROFILES = ("full", "cheap")
+PROFILES = ("full", "cheap", "gpu")
 
 PLUGIN_SOURCE = '''
 """A deterministic stand-in translation engine: neighbouring words swapped."""
@@ -65,11 +73,15 @@ def install_plugin(site: Path) -> Path:
     return site
 
 
-def recipe(profile: str, corpus: Path, fmt: str, steps: int, batch_size: int = 32) -> dict[str, Any]:
-    """The profile's recipe for `corpus` (min and max words as benchmarks/ingest.py's)."""
+def recipe(profile: str, corpus: Path, fmt: str, steps: int, batch_size: int = 32,
+           models: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The profile's recipe for `corpus` (min and max words as benchmarks/ingest.py's); `gpu`
+    takes `models`: mt (a MarianMT folder), encoder (a sentence-transformers folder), device."""
     corpus_spec = {"files": [str(corpus)], "format": fmt, "min_words": 3, "max_words": 64}
     train = {"objective": "infonce", "encoder": "embedded:all-MiniLM-L6-v2", "steps": steps,
              "batch_size": batch_size, "max_length": 64, "seed": 13, "checkpoint_every": 0}  # fmt: skip
+    if profile == "gpu":
+        return gpu_recipe(corpus_spec, train, **(models or {}))
     if profile == "cheap":
         return {
             "name": "scale-cheap",
@@ -99,5 +111,30 @@ def recipe(profile: str, corpus: Path, fmt: str, steps: int, batch_size: int = 3
         "pair": {"pairings": [["en", "fwd_es"], ["en", "bt_es"]],
                  "negatives": {"source": "mined", "per_anchor": 1}},
         "train": train,
+        "evaluate": {"baseline": False, "tasks": [sts_dev]},
+    }  # fmt: skip
+
+
+def gpu_recipe(corpus_spec: dict, train: dict, mt: str, encoder: str, device: str = "cuda") -> dict[str, Any]:
+    """The `gpu` profile: every model on `device`, one MarianMT folder for every hop."""
+    sts_dev = {"name": "stsb-dev", "format": "stsb", "path": str(STS_DEV)}
+    # Random weights never stop: outputs are cut at 1.2x a batch's longest source, about a real
+    # translation's length (the default 3x would time a model that rambles, three hops deep).
+    on = {"engine": "hf", "device": device, "decoding": {"max_length_ratio": 1.2}}
+    return {
+        "name": "scale-gpu",
+        "corpus": corpus_spec,
+        "augmenters": [
+            {"name": "en", "method": "identity"},
+            {"name": "fwd_de", "method": "forward", "model": mt, "target": "de", **on},
+            {"name": "bt_de", "method": "backtranslation", "models": [mt, mt], "path": ["en", "de", "en"], **on},
+        ],
+        "filters": {"min_length_ratio": 0, "max_length_ratio": 1000,
+                    "meaning": {"encoder": encoder, "min_cosine": -1, "max_cosine": 1, "device": device}},
+        "pair": {"pairings": [["en", "fwd_de"], ["en", "bt_de"]],
+                 # exact: faiss's wheel does not travel to the lent box; 100k x 100k takes seconds on its cores
+                 "negatives": {"source": "mined", "per_anchor": 1, "encoder": encoder, "device": device,
+                               "index": "exact"}},
+        "train": train | {"encoder": encoder, "device": device},
         "evaluate": {"baseline": False, "tasks": [sts_dev]},
     }  # fmt: skip

@@ -383,8 +383,8 @@ def soup_estimate(recipe: Recipe, found: Measures) -> StageEstimate:
         e = found.encode[device]
         return models * e.load_s + mixes * found.dev_texts / e.texts_per_s
 
-    gpu = seconds("cuda") if "cuda" in found.encode else None
-    note = f"{models} models averaged; {mixes} candidate mixes x {found.dev_texts} dev texts"
+    gpu = seconds("cpu") if "cuda" in found.encode else None  # the soup scores its mixes on the CPU
+    note = f"{models} models averaged; {mixes} candidate mixes x {found.dev_texts} dev texts, on the CPU"
     return _alone("soup", mixes, seconds("cpu"), found.encode["cpu"].peak_rss + (models + 2) * weights, note, gpu)
 
 
@@ -396,6 +396,6 @@ def evaluate_estimate(recipe: Recipe, found: Measures) -> StageEstimate:
         e = found.encode[device]
         return models * (e.load_s + found.eval_texts / e.texts_per_s)
 
-    gpu = seconds("cuda") if "cuda" in found.encode else None
-    note = f"{models} model(s) x {found.eval_texts} texts; encoding only (stored results are reused)"
+    gpu = seconds("cpu") if "cuda" in found.encode else None  # evaluation embeds on the CPU, a GPU box too
+    note = f"{models} model(s) x {found.eval_texts} texts on the CPU; encoding only (stored results are reused)"
     return _alone("evaluate", models * found.eval_texts, seconds("cpu"), found.encode["cpu"].peak_rss, note, gpu)

@@ -27,14 +27,14 @@ def is_main() -> bool:
     return os.environ.get("RANK", "0") == "0"  # under torchrun before the group is joined
 
 
-def check_device(device: str) -> None:
+def check_device(device: str, setting: str = "train.device") -> None:
     """Refuse a CUDA device on a machine without one (before anything is loaded or written)."""
     if device.startswith("cuda") and not torch.cuda.is_available():
         from viewmill.train.encoder import EncoderError
 
         raise EncoderError(
-            f"train.device is '{device}' but this machine has no usable CUDA GPU (torch.cuda.is_available() is "
-            "False): set train.device: cpu (or --set train.device=cpu), or run on a GPU worker"
+            f"{setting} is '{device}' but this machine has no usable CUDA GPU (torch.cuda.is_available() is "
+            f"False): set {setting}: cpu (or --set {setting}=cpu), or run on a GPU worker"
         )
 
 

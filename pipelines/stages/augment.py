@@ -97,20 +97,21 @@ def meaning_judge(spec: MeaningSpec | None, precision: str | None = None) -> Mea
         path = resolve_encoder(spec.encoder)
     except EncoderError as exc:
         raise EncoderError(f"filters.meaning.encoder: {exc}") from None
-    precision = precision or auto_precision("cpu")
+    device = spec.device
+    precision = precision or auto_precision(device)
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"the meaning encoder's precision is {precision!r}: fp32 or bf16")
 
     def load() -> EmbeddingCache:
-        model = load_sentence_model(path)
+        model = load_sentence_model(path, device=device)
 
         def encode(texts: list[str]) -> np.ndarray:
-            return encode_in(model, texts, precision, batch_size=EMBED_BATCH).numpy()
+            return encode_in(model, texts, precision, device=device, batch_size=EMBED_BATCH).numpy()
 
         return EmbeddingCache(encode)
 
     def embed(texts: list[str]) -> np.ndarray:  # every augmenter and shard of the process shares the cache
-        return load_once("sentence-encoder", path, "cpu", f"meaning-{precision}", load)(texts)
+        return load_once("sentence-encoder", path, device, f"meaning-{precision}", load)(texts)
 
     fingerprint = encoder_fingerprint(path)
     return MeaningJudge(

@@ -51,8 +51,10 @@ def preflight(ctx: RunContext) -> PreflightResult:
     for spec in recipe.augmenters:
         check_augmenter(spec)
     if recipe.filters.meaning is not None:
+        distributed.check_device(recipe.filters.meaning.device, "filters.meaning.device")
         check_encoder("filters.meaning.encoder", recipe.filters.meaning.encoder)
     if isinstance(recipe.pair.negatives, MinedNegatives):
+        distributed.check_device(recipe.pair.negatives.device, "pair.negatives.device")
         check_encoder("pair.negatives.encoder", recipe.pair.negatives.encoder)
     for task in recipe.eval_tasks():
         suite.check(task)

@@ -97,6 +97,19 @@ def test_spec_defaults_validation_and_unchanged_hashes_without_it():
     assert FilterSpec(meaning={"min_cosine": 0.5}).model_dump(mode="json")["meaning"]["min_cosine"] == 0.5
 
 
+def test_the_device_enters_the_hash_only_off_the_cpu():
+    """Views judged before `device` existed keep their configuration hashes; a GPU judge's
+    cosines differ in their last digits, so its views are another configuration."""
+    before = {"encoder": "embedded:all-MiniLM-L6-v2", "min_cosine": 0.7, "max_cosine": 0.98, "near_duplicate": 0.98}
+    assert MeaningSpec().model_dump() == before
+    assert MeaningSpec(device="cpu").model_dump(mode="json") == before
+    on_gpu = FilterSpec(meaning={"device": "cuda:1"})
+    assert on_gpu.meaning.device == "cuda:1"
+    assert on_gpu.model_dump()["meaning"] == before | {"device": "cuda:1"}
+    assert fingerprint(on_gpu.model_dump()) != fingerprint(FilterSpec(meaning={}).model_dump())
+    assert FilterSpec.model_validate(on_gpu.model_dump(mode="json")) == on_gpu  # travels to shard workers whole
+
+
 def test_normalised_text_ignores_case_punctuation_and_spaces_only():
     assert normalised("  Hello,   World! ") == normalised("hello world") == "hello world"
     assert normalised("ＡＢＣ — «def»") == "abc def"  # NFKC, Unicode punctuation

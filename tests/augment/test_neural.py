@@ -125,6 +125,21 @@ def test_empty_and_over_long_inputs_get_empty_hypotheses_without_failing_the_bat
     assert out[0][0] and out[4][0]
 
 
+@pytest.mark.parametrize("engine_name", ["hf", "ctranslate2"])
+def test_outputs_stop_at_the_decoder_s_positions(tiny_models, engine_name):
+    """1.5x a long source runs past the tiny Marian's 128 positions: the output is capped there
+    (transformers indexed past its position table, an IndexError that failed the whole run)."""
+    engine = make_engine(engine_name, "en", "de", model=str(tiny_models["marian"]), compute_type="float32")
+    words = ["guitar"]
+    while len(engine.tokenizer(" ".join(words))["input_ids"]) < 100:
+        words.append(SENTENCES[len(words) % len(SENTENCES)].split()[0].lower())
+    source = " ".join(words)
+    assert 100 <= len(engine.tokenizer(source)["input_ids"]) < 128
+    assert engine._max_new_tokens(100, DecodingSpec()) == 127
+    out = engine.translate([source, SENTENCES[0]], "en", "de", DecodingSpec(beam_size=1))
+    assert len(engine.tokenizer(out[0][0])["input_ids"]) <= 128 and out[1][0]
+
+
 def test_wrong_direction_and_non_translation_models_are_refused(tiny_models, tiny_model):
     with pytest.raises(EngineError, match="translates en>de, not de>en"):
         make_engine("hf", "de", "en", model=str(tiny_models["fsmt"]))

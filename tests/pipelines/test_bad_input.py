@@ -211,6 +211,26 @@ def test_a_cuda_device_without_a_gpu_is_refused_before_anything_is_written(tmp_p
     ) in out
 
 
+@pytest.mark.parametrize(
+    ("setting", "override"),
+    [
+        ("filters.meaning.device", "filters.meaning={device: cuda}"),
+        ("pair.negatives.device", "pair.negatives={source: mined, device: cuda}"),
+    ],
+)
+def test_an_encoder_on_cuda_without_a_gpu_is_refused_by_its_setting(tmp_path, state, setting, override):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A man plays a guitar.\n", encoding="utf-8")
+    result, out = _run(state, _recipe(tmp_path, f"{{files: [{corpus}]}}"), "--set", override)
+    assert result.exit_code == 2
+    assert f"error: {setting} is 'cuda' but this machine has no usable CUDA GPU" in out
+    assert f"set {setting}: cpu (or --set {setting}=cpu), or run on a GPU worker" in out
+
+
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 4 MiB tmpfs."""
