@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow as pa
+from viewmill.augment.commit_sizes import on_gpu
 from viewmill.augment.engines import DecodingSpec, TranslationEngine
 from viewmill.storage.ids import fingerprint, text_hash
 from viewmill.storage.lake import Lake
@@ -14,8 +15,15 @@ from viewmill.storage.lake_writes import key_range
 from viewmill.storage.schema import TRANSLATIONS
 
 # New translations per commit where a neural engine's output depends on its batch: a kill loses
-# at most this many, and the batches (hence the texts) never depend on timing.
+# at most this many, and the batches (hence the texts) never depend on timing. A GPU gets more
+# to a batch (commit_sizes.GPU_FIXED_SENTENCES): 256 held an H200 to launch-bound batches.
 BATCH_VARIANT_CHUNK = 256
+GPU_BATCH_VARIANT_CHUNK = 2048
+
+
+def batch_variant_chunk(device: str) -> int:
+    """New translations per commit for a batch-dependent engine on `device`."""
+    return GPU_BATCH_VARIANT_CHUNK if on_gpu(device) else BATCH_VARIANT_CHUNK
 
 
 @dataclass

@@ -12,6 +12,10 @@ from typing import TypeVar
 Item = TypeVar("Item")
 
 MIN_SENTENCES = 512  # the adaptive commit's floor: one batch of slow translation
+# A fixed chunk where views depend on their batch, on a GPU: its engines keep getting faster up
+# to ~1,000 sentences a batch (32,768 tokens, BENCHMARKS.md), so a chunk holds several batches;
+# 512 kept an H200 at a quarter of that (issue 32.4). Still seconds of work per commit there.
+GPU_FIXED_SENTENCES = 4096
 MAX_SENTENCES = 65_536  # its ceiling: a chunk's views are held in memory until they commit
 WORK_PER_COMMIT_S = 1.0  # the adaptive commit's aim: about a second of work per commit
 # ... and at most this share of it in the lake: a commit's lake work grows with the lake's files,
@@ -89,3 +93,14 @@ def commits_for(
             done, commits = done + chunk, commits + 1
             size = next_size(size, chunk, chunk * per_sentence_s + commit_s, commit_s)
     return commits
+
+
+def on_gpu(*devices: str | None) -> bool:
+    """Whether any of these torch device names (cpu, cuda, cuda:N, ...) is not the CPU."""
+    return any(device is not None and device.split(":")[0] != "cpu" for device in devices)
+
+
+def fixed_sentences(*devices: str | None) -> int:
+    """Sentences a fixed chunk holds where a chunk's make-up can change its views: `MIN_SENTENCES`,
+    or `GPU_FIXED_SENTENCES` where the engine or the meaning filter runs on a GPU."""
+    return GPU_FIXED_SENTENCES if on_gpu(*devices) else MIN_SENTENCES

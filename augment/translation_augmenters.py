@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 from viewmill.augment.augmenter_base import AugmenterConfig, ProduceContext, ProducedView, Producer, Provenance
-from viewmill.augment.cache import BATCH_VARIANT_CHUNK, translate_cached
+from viewmill.augment.cache import batch_variant_chunk, translate_cached
 from viewmill.augment.engines import ENGINES, DecodingSpec, TranslationEngine, make_engine
 from viewmill.storage.lake import Lake
 
@@ -179,7 +179,7 @@ class TranslationProducer:
         self.identity = [(e.name, e.model, e.revision) for e in self.engines]
         # An engine whose output is batch invariant commits each leg's translations of a views
         # chunk at once (that chunk is sized to about a second of work); others in fixed chunks.
-        self.commit_chunk = None if spec.views_batch_invariant() else BATCH_VARIANT_CHUNK
+        self.commit_chunk = None if spec.views_batch_invariant() else batch_variant_chunk(spec.device)
 
     def produce(self, chunk: list[tuple[str, str]], ctx: ProduceContext) -> list[ProducedView]:
         texts = [text for _, text in chunk]

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec, ProduceContext, Producer, make_producer
 from viewmill.augment.cache import CacheStats
-from viewmill.augment.commit_sizes import MIN_SENTENCES, CommitSizes
+from viewmill.augment.commit_sizes import MIN_SENTENCES, CommitSizes, fixed_sentences
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec, quality_signals_batch, reject_reason
 from viewmill.storage.ids import fingerprint
@@ -145,7 +145,7 @@ def make_shard_views(
     Work is committed chunk by chunk (translations, then the chunk's views), so a killed
     run resumes where it stopped and never writes a view twice: `chunk_size` sentences a
     chunk, or without it about a second of work (more as the lake's share of a commit grows)
-    where the views do not depend on how they are batched, else MIN_SENTENCES (`_commit_sizes`).
+    where the views do not depend on how they are batched, else a fixed size (`fixed_commit_size`).
     `on_progress(done, total)` is called after each chunk.
     """
     owned = producer is None
@@ -194,9 +194,11 @@ def _commit_sizes(
 def fixed_commit_size(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None) -> int | None:
     """The recipe's fixed size; unset, None (sized by time) only where a chunk's make-up cannot
     change a view or its verdict (a neural engine batches and pads per chunk, the meaning filter
-    embeds per chunk), so a rerun of the same recipe makes the same views."""
+    embeds per chunk), so a rerun of the same recipe makes the same views. On a GPU the chunk
+    holds several of its larger batches (`fixed_sentences`)."""
     if chunk_size is None and (filters.meaning is not None or not spec.views_batch_invariant()):
-        return MIN_SENTENCES
+        meaning = filters.meaning.device if filters.meaning is not None else None
+        return fixed_sentences(getattr(spec, "device", None), meaning)
     return chunk_size
 
 

@@ -157,7 +157,7 @@ def one_run(workdir: Path, recipe_path: Path, dask: str | None, env: dict[str, s
     """`viewmill run` in a fresh state folder, timed; then its record and rows read back."""
     state, rows = workdir / "state", workdir / "rows"
     rows.mkdir(parents=True)
-    command = [VIEWMILL, "run", str(recipe_path), "--state-dir", str(state), *(["--dask", dask] if dask else [])]
+    command = [*VIEWMILL, "run", str(recipe_path), "--state-dir", str(state), *(["--dask", dask] if dask else [])]
     run = timed_process(command, env)
     read = timed_process([sys.executable, __file__, "--digest", str(state), str(rows)], env)
     figures = json.loads(read["stdout"].strip().splitlines()[-1])

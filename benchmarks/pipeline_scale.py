@@ -295,6 +295,7 @@ def bench(args: argparse.Namespace, tmp: Path) -> list[dict]:
         print(f"whole run: {spread(wall['seconds'])} s wall, peak RSS {wall['peak_rss'] / 2**30:.2f} GiB; "
               f"plan's total {plan['run (process)']:.1f} s", flush=True)  # fmt: skip
         results.append({"sentences": n, "stages": stages, "runs": runs})
+        write_json(args, results)  # after each size: a run stopped by a time limit keeps the sizes it finished
         before, last_n = stages, n
     return results
 
@@ -328,7 +329,10 @@ def run_benchmark(args: argparse.Namespace, bench: Callable[[argparse.Namespace,
           f"{what}, format {args.format}, {args.steps} training steps, {args.repeats} repeat(s)",
           flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix=prefix) as name:
-        results = bench(args, Path(name))
+        write_json(args, bench(args, Path(name)))
+
+
+def write_json(args: argparse.Namespace, results: list[dict]) -> None:
     if args.json:
         args.json.write_text(json.dumps({"flags": flags_label(), "args": vars(args) | {"json": str(args.json)},
                                          "results": results}, indent=1, default=str), encoding="utf-8")  # fmt: skip

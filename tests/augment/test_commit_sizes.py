@@ -1,7 +1,15 @@
 import pyarrow as pa
 import pytest
 import viewmill.augment.views as views_module
-from viewmill.augment.commit_sizes import MAX_LAKE_SHARE, MAX_SENTENCES, MIN_SENTENCES, CommitSizes, commits_for
+from viewmill.augment.cache import BATCH_VARIANT_CHUNK, GPU_BATCH_VARIANT_CHUNK, batch_variant_chunk
+from viewmill.augment.commit_sizes import (
+    GPU_FIXED_SENTENCES,
+    MAX_LAKE_SHARE,
+    MAX_SENTENCES,
+    MIN_SENTENCES,
+    CommitSizes,
+    commits_for,
+)
 from viewmill.augment.data_augmenters import Identity
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.replacement_augmenters import Synonym
@@ -109,7 +117,6 @@ def test_views_commit_adaptively_when_no_chunk_size_is_given(tmp_path, monkeypat
     assert files == len(commits)  # one Parquet file a commit
 
 
-
 @pytest.mark.parametrize(
     ("spec", "meaning", "fixed"),
     [
@@ -118,8 +125,20 @@ def test_views_commit_adaptively_when_no_chunk_size_is_given(tmp_path, monkeypat
         (Synonym(name="syn"), None, None),  # seeded per sentence
         (BackTranslation(name="bt", path=["en", "es", "en"]), None, None),  # Apertium: rule-based
         (BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m"), None, MIN_SENTENCES),
+        # On a GPU, several of its larger batches a chunk (512 left an H200 launch-bound).
+        (
+            BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m", device="cuda:1"),
+            None,
+            GPU_FIXED_SENTENCES,
+        ),
+        (Identity(name="same"), {"min_cosine": 0.1, "device": "cuda"}, GPU_FIXED_SENTENCES),
+        (
+            BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m"),
+            {"device": "cuda"},
+            GPU_FIXED_SENTENCES,
+        ),
     ],
-    ids=["identity", "meaning-filter", "synonyms", "apertium", "neural"],
+    ids=["identity", "meaning-filter", "synonyms", "apertium", "neural", "neural-gpu", "meaning-gpu", "one-on-gpu"],
 )
 def test_only_views_that_cannot_depend_on_their_batch_commit_by_time(tmp_path, spec, meaning, fixed):
     """A neural engine pads and batches per chunk and the meaning filter embeds per chunk, so
@@ -192,3 +211,9 @@ def test_a_shards_id_range_holds_exactly_the_ids_of_the_numeric_rule_and_every_s
         assert len(holding) == 1, (sentence, holding)
         if len(sentence) == 16 and all(c in "0123456789abcdef" for c in sentence):
             assert holding[0] == int(sentence[:8], 16) * count // 2**32, sentence
+
+
+def test_a_batch_dependent_engine_commits_larger_fixed_chunks_on_a_gpu():
+    assert [batch_variant_chunk(d) for d in ("cpu", "cuda", "cuda:3", "mps")] == [
+        BATCH_VARIANT_CHUNK, GPU_BATCH_VARIANT_CHUNK, GPU_BATCH_VARIANT_CHUNK, GPU_BATCH_VARIANT_CHUNK]  # fmt: skip
+    assert BATCH_VARIANT_CHUNK < GPU_BATCH_VARIANT_CHUNK <= GPU_FIXED_SENTENCES
