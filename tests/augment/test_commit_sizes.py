@@ -13,12 +13,14 @@ from viewmill.augment.commit_sizes import (
 from viewmill.augment.data_augmenters import Identity
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.replacement_augmenters import Synonym
-from viewmill.augment.translation_augmenters import BackTranslation
+from viewmill.augment.translation_augmenters import BackTranslation, Forward
 from viewmill.augment.views import Shard, make_shard_views
 from viewmill.storage.ids import sentence_id, text_hash
 from viewmill.storage.lake import Lake
 from viewmill.storage.lake_setup import CATALOG_NAME
 from viewmill.storage.schema import SENTENCES
+
+from tests.plugins import forget_plugin, install_plugin
 
 
 class FakeClock:
@@ -217,3 +219,46 @@ def test_a_batch_dependent_engine_commits_larger_fixed_chunks_on_a_gpu():
     assert [batch_variant_chunk(d) for d in ("cpu", "cuda", "cuda:3", "mps")] == [
         BATCH_VARIANT_CHUNK, GPU_BATCH_VARIANT_CHUNK, GPU_BATCH_VARIANT_CHUNK, GPU_BATCH_VARIANT_CHUNK]  # fmt: skip
     assert BATCH_VARIANT_CHUNK < GPU_BATCH_VARIANT_CHUNK <= GPU_FIXED_SENTENCES
+
+
+BATCH_RECORDER = '''
+"""A batch-dependent stand-in engine that records how many texts each call gets."""
+
+from viewmill.augment.engines import Engine
+
+CALLS = []
+
+
+class Recorder:
+    name, model, revision = "batchrec", "batchrec", "1"
+
+    def translate(self, texts, src, tgt, decoding):
+        CALLS.append(len(texts))
+        return [[text.upper()] for text in texts]
+
+    def close(self):
+        pass
+
+
+ENGINE = Engine(lambda src, tgt, options: Recorder(), needs_model=False, description="records batches")
+'''
+
+
+@pytest.mark.parametrize(("device", "largest"), [("cpu", BATCH_VARIANT_CHUNK), ("cuda", GPU_BATCH_VARIANT_CHUNK)])
+def test_a_gpu_engine_is_handed_its_larger_chunks_end_to_end(tmp_path, monkeypatch, device, largest):
+    """The augmenter's device reaches both chunkings: the views' fixed commit and the
+    translations' commit, so a GPU engine sees 2,048 texts a call, not the CPU's 256."""
+    install_plugin(tmp_path / "site", monkeypatch, "viewmill_batchrec", BATCH_RECORDER,
+                   "[viewmill.engines]\nbatchrec = viewmill_batchrec:ENGINE\n")  # fmt: skip
+    forget_plugin("viewmill_batchrec")
+    import viewmill_batchrec
+
+    texts = [f"sentence number {i}." for i in range(5000)]
+    rows = [{"corpus": "c", "sentence_id": sentence_id(t), "text": t, "lang": "en"} for t in texts]
+    spec = Forward(name="fwd", engine="batchrec", target="de", device=device)
+    with Lake(tmp_path / "lake") as lake:
+        lake.append("sentences", pa.Table.from_pylist(rows, schema=SENTENCES))
+        report = make_shard_views(lake, "c", spec, FilterSpec(), run_id="r")
+    assert report.new_views == 5000
+    assert max(viewmill_batchrec.CALLS) == largest and sum(viewmill_batchrec.CALLS) == 5000
+    forget_plugin("viewmill_batchrec")
