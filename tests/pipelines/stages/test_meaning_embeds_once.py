@@ -33,7 +33,7 @@ def model(monkeypatch):
     counting = CountingModel()
     monkeypatch.setattr(stage, "resolve_encoder", lambda name: f"/models/{name}")
     monkeypatch.setattr(stage, "encoder_fingerprint", lambda path: "fake-weights")
-    monkeypatch.setattr(stage, "load_sentence_model", lambda path: counting)
+    monkeypatch.setattr(stage, "load_sentence_model", lambda path, device="cpu": counting)
     release_models()  # no encoder (or its cache) left from another test in this process
     yield counting
     release_models()
