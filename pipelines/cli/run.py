@@ -32,6 +32,7 @@ from viewmill.pipelines.state import StatePaths
 
 if TYPE_CHECKING:
     from viewmill.pipelines.context import RunContext
+    from viewmill.pipelines.recipe import Recipe
     from viewmill.pipelines.run_record import RunSummary
 
     from viewmill.settings import Settings
@@ -117,6 +118,9 @@ def _run(
 
     ctx = _checked_context(recipe, overrides, state, settings, snapshot=snapshot, needs_train=needs_train)
     err_console.print(f"run {ctx.run_id}: recipe {recipe}", highlight=False)
+    note = soup_override_note(ctx.recipe, overrides)
+    if note is not None:
+        err_console.print(note, highlight=False)
     try:  # from here on a failure is a failed run (recorded in `runs`), bar the corpus errors ingest finds
         summary = _run_checked(ctx, recipe, prefect=prefect, snapshot=snapshot, evaluate=evaluate)
     except (PrefectServerError, CorpusError) as exc:  # a corpus error ingest met: bad input (the run recorded failed)
@@ -126,6 +130,18 @@ def _run(
             raise
         fail(exc, EXIT_FAILED)
     render_summary(summary, console)
+
+
+def soup_override_note(recipe: Recipe, overrides: list[str] | None) -> str | None:
+    """A soup's named recipes run as their files say: `--set` (a GPU, a step budget) reaches
+    only the recipe it came with, which a user of the soup might not expect."""
+    if not overrides or recipe.soup is None:
+        return None
+    named = ", ".join(named.name for named in recipe.soup_recipes())
+    return (
+        f"note: --set applies to recipe {recipe.name} only; the soup's recipes ({named}) run as their files "
+        "say: set them there"
+    )
 
 
 def _checked_context(
