@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import regex
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 from viewmill.augment.augmenters import augmenter_class
 from viewmill.storage.lake import Lake
 
 from viewmill.specs import Spec
 
 Embed = Callable[[list[str]], np.ndarray]  # texts -> one embedding per row
+DEVICE_PATTERN = r"^(cpu|cuda|mps|xpu)(:\d+)?$"  # torch's device names a sentence encoder runs on
 NEAR_DUPLICATE = "near-duplicate"  # the reason's kind; the reason is "near-duplicate:<view_id>"
 _PUNCTUATION = regex.compile(r"\p{P}+")
 
@@ -41,11 +42,21 @@ class MeaningSpec(Spec):
         description="a view whose cosine to an earlier augmenter's kept view of the sentence is above this is a "
         "near-duplicate (so is one equal to it up to case, punctuation and spaces); default max_cosine, 1: text only",
     )
-    # Left out of the spec's dump on the CPU, so views filtered before the setting existed keep
-    # their configuration hashes; a GPU's cosines differ in their last digits, so its hash differs.
-    device: str = Field(
-        "cpu", exclude_if=lambda device: device == "cpu", description="where the encoder embeds: cpu, cuda or cuda:N"
-    )
+    # Left out of the spec's dump on the CPU (`_without_cpu`), so views filtered before the setting
+    # existed keep their configuration hashes; a GPU's cosines differ in their last digits, so its hash differs.
+    device: str = Field("cpu", pattern=DEVICE_PATTERN, description="where the encoder embeds: cpu, cuda or cuda:N")
+
+    @field_validator("device")
+    @classmethod
+    def _one_name_for_the_cpu(cls, device: str) -> str:
+        return "cpu" if device.split(":")[0] == "cpu" else device
+
+    @model_serializer(mode="wrap")
+    def _without_cpu(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if self.device == "cpu":
+            data.pop("device", None)
+        return data
 
     @model_validator(mode="after")
     def _floor_below_ceiling(self) -> MeaningSpec:

@@ -110,7 +110,10 @@ def config_hash(spec: AugmenterSpec, filters: FilterSpec, producer: Producer, ju
             "builds the judge from filters.meaning.encoder): set both or neither"
         )
     meaning = [judge.identity] if judge is not None else []  # absent: hashes from before the filter stay
-    return fingerprint(spec.model_dump(), filters.model_dump(), producer.identity, *meaning)
+    # A GPU's fixed chunk batches the views otherwise than the 512 they had before it existed.
+    fixed = fixed_commit_size(spec, filters, None)
+    gpu_chunk = [["gpu_chunk", fixed]] if fixed is not None and fixed != MIN_SENTENCES else []
+    return fingerprint(spec.model_dump(), filters.model_dump(), producer.identity, *meaning, *gpu_chunk)
 
 
 def views_present(lake: Lake, sentence_ids: list[str], config_hash: str) -> set[str]:

@@ -127,7 +127,7 @@ def stage_peaks(record: dict, samples: list[tuple[float, int]]) -> dict[str, int
 
 def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str, str]) -> dict:
     """Plan, run, report, verify and export in a fresh state folder; every figure of one repeat."""
-    models = {"mt": str(args.mt_model), "encoder": str(args.encoder), "device": args.device}
+    models = {"mt": str(args.mt_model), "encoder": str(args.encoder), "device": args.device} if args.mt_model else None
     state, spec = workdir / "state", recipe(args.profile, corpus, args.format, args.steps, models=models)
     workdir.mkdir()
     recipe_path = workdir / "recipe.yaml"

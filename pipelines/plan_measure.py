@@ -115,7 +115,8 @@ def measure_augmenter(ctx: RunContext, lake: Lake, spec: AugmenterSpec, judge: M
     """`spec` on the scratch `lake`'s sample: the producer's texts translated with an empty cache
     (after a warm-up), again with all of them cached, then the real views code (`make_shard_views`)."""
     recipe, chunk_size = ctx.recipe, ctx.recipe.execution.chunk_sentences
-    batch = chunk_size or MIN_SENTENCES  # what the producer is given at once: an adaptive shard's first chunk
+    # What the producer is given at once: the fixed chunk (a GPU's larger one), or an adaptive shard's first.
+    batch = fixed_commit_size(spec, recipe.filters, chunk_size) or MIN_SENTENCES
     run_id = augmenter_run(ctx, spec)  # the scratch cache's rows say which augmenter asked for them
     rows = [(sid, text) for sid, text, _ in corpus_sentences(lake, recipe.corpus_name)]
     head, rest = rows[:WARMUP_TEXTS], rows[WARMUP_TEXTS:] or rows

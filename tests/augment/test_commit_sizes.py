@@ -1,3 +1,5 @@
+from typing import ClassVar
+
 import pyarrow as pa
 import pytest
 import viewmill.augment.views as views_module
@@ -11,11 +13,12 @@ from viewmill.augment.commit_sizes import (
     commits_for,
 )
 from viewmill.augment.data_augmenters import Identity
+from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.replacement_augmenters import Synonym
 from viewmill.augment.translation_augmenters import BackTranslation, Forward
 from viewmill.augment.views import Shard, make_shard_views
-from viewmill.storage.ids import sentence_id, text_hash
+from viewmill.storage.ids import fingerprint, sentence_id, text_hash
 from viewmill.storage.lake import Lake
 from viewmill.storage.lake_setup import CATALOG_NAME
 from viewmill.storage.schema import SENTENCES
@@ -262,3 +265,25 @@ def test_a_gpu_engine_is_handed_its_larger_chunks_end_to_end(tmp_path, monkeypat
     assert report.new_views == 5000
     assert max(viewmill_batchrec.CALLS) == largest and sum(viewmill_batchrec.CALLS) == 5000
     forget_plugin("viewmill_batchrec")
+
+
+def test_a_gpu_chunk_is_part_of_the_configuration_hash_and_the_cpu_s_hash_is_unchanged():
+    """Views batched in a GPU's 4,096-sentence chunks are another configuration than the
+    512-sentence chunks they had before; on the CPU the hash is what it always was."""
+
+    class Producer:
+        identity: ClassVar[list] = [["hf", "m", "1"]]
+
+    def hashed(device: str, meaning: dict | None = None) -> str:
+        spec = BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m", device=device)
+        filters = FilterSpec(meaning=meaning)
+        judge = None if meaning is None else MeaningJudge("weights", lambda texts: None)
+        return views_module.config_hash(spec, filters, Producer(), judge)
+
+    spec = BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m")
+    cpu = fingerprint(spec.model_dump(), FilterSpec().model_dump(), Producer.identity)
+    assert hashed("cpu") == cpu
+    on_gpu = fingerprint(spec.model_copy(update={"device": "cuda"}).model_dump(), FilterSpec().model_dump(),
+                         Producer.identity, ["gpu_chunk", GPU_FIXED_SENTENCES])  # fmt: skip
+    assert hashed("cuda") == on_gpu
+    assert hashed("cpu", {"device": "cuda"}) != hashed("cpu", {})  # the meaning filter on a GPU: its chunk too

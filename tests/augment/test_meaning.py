@@ -108,6 +108,9 @@ def test_the_device_enters_the_hash_only_off_the_cpu():
     assert on_gpu.model_dump()["meaning"] == before | {"device": "cuda:1"}
     assert fingerprint(on_gpu.model_dump()) != fingerprint(FilterSpec(meaning={}).model_dump())
     assert FilterSpec.model_validate(on_gpu.model_dump(mode="json")) == on_gpu  # travels to shard workers whole
+    assert MeaningSpec(device="cpu:0").device == "cpu" and "device" not in MeaningSpec(device="cpu:0").model_dump()
+    with pytest.raises(ValidationError, match="should match pattern"):
+        MeaningSpec(device="gpu")  # a typo is refused when the recipe loads, not after ingest
 
 
 def test_normalised_text_ignores_case_punctuation_and_spaces_only():
