@@ -19,7 +19,8 @@ pipeline's own cost as a neural engine's run pays it, without the engine's.
 
 `gpu`: the `full` profile's stages on a GPU box with a neural engine (issue 32.4): the identity
 view, a forward translation and a round trip through one `hf` model (MarianMT) on the GPU, the
-meaning filter, the miner and training on the GPU, STS-B dev evaluation. The models are folders
+meaning filter and training on the GPU (no mined negatives: see the recipe), STS-B dev
+evaluation (on the CPU, where evaluation runs). The models are folders
 given on the command line: on the lent box, random weights at a real model's size (no weights
 travel there), whose outputs run to the length cap (1.2x the longest source of a batch); so the
 length and meaning filters keep every view (their work is still done) and the timings are a
