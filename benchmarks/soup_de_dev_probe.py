@@ -53,10 +53,11 @@ def main() -> None:
         own.load_state_dict(average_weights(states, (share, 1 - share), ["own", "other"]))
         own.eval()
         with torch.no_grad():
-            rows[f"{share:g}"] = score(own).scores
-        print(f"{share:g}", rows[f"{share:g}"], flush=True)
+            rows[str(share)] = score(own).scores
+        print(share, rows[str(share)], flush=True)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        setup = {"own": str(args.own), "other": str(args.other), "recipe": str(args.recipe), "flags": flags_label()}
+        args.json.write_text(json.dumps({"setup": setup, "dev": rows}, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":
