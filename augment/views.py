@@ -200,9 +200,14 @@ def fixed_commit_size(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int 
     embeds per chunk), so a rerun of the same recipe makes the same views. On a GPU the chunk
     holds several of its larger batches (`fixed_sentences`)."""
     if chunk_size is None and (filters.meaning is not None or not spec.views_batch_invariant()):
-        meaning = filters.meaning.device if filters.meaning is not None else None
-        return fixed_sentences(getattr(spec, "device", None), meaning)
+        return fixed_sentences(*model_devices(spec, filters))
     return chunk_size
+
+
+def model_devices(spec: AugmenterSpec, filters: FilterSpec) -> tuple[str | None, str | None]:
+    """The devices an augmenter's shard holds models on: its engine's (None: it has none) and
+    the meaning filter's (None: no filter)."""
+    return getattr(spec, "device", None), filters.meaning.device if filters.meaning is not None else None
 
 
 def _chunk_views(
