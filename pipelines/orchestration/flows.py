@@ -25,7 +25,8 @@ from prefect.filesystems import RemoteFileSystem, WritableFileSystem
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 from viewmill.augment.cache import CacheStats
-from viewmill.augment.views import ShardReport
+from viewmill.augment.commit_sizes import on_gpu
+from viewmill.augment.views import ShardReport, model_devices
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.orchestration import artifacts
 from viewmill.pipelines.recipe import Recipe, RecipeError, load_recipe, read_recipe_file
@@ -99,13 +100,14 @@ def submit_shards(ctx: RunContext, jobs: list[ShardJob]) -> list[ShardReport]:
         retry_jitter_factor=0.5,
         result_storage=result_storage(ctx),
     )
-    # A shard that holds a model on the accelerator takes the `gpu` slot like training does.
-    on_gpu = [str(getattr(job.spec, "device", "cpu")).startswith("cuda") for job in jobs]
+    # A shard that holds a model on the accelerator (its engine or its meaning filter) takes the
+    # `gpu` slot like training does.
+    gpu = [on_gpu(*model_devices(job.spec, job.filters)) for job in jobs]
     # A cached result is trusted only while the lake still holds the shard's views.
     stale = shards_missing_views(str(ctx.state.lake), jobs, ctx.settings)
     tasks = [
         shard_task.with_options(tags=["gpu"] if gpu else None, refresh_cache=missing)
-        for gpu, missing in zip(on_gpu, stale, strict=True)
+        for gpu, missing in zip(gpu, stale, strict=True)
     ]
     with contextlib.ExitStack() as stack:
         # The run's settings choose where shards go, when the run starts (not at import).

@@ -11,6 +11,7 @@ from viewmill.augment.commit_sizes import (
     MIN_SENTENCES,
     CommitSizes,
     commits_for,
+    on_gpu,
 )
 from viewmill.augment.data_augmenters import Identity
 from viewmill.augment.meaning import MeaningJudge
@@ -287,3 +288,17 @@ def test_a_gpu_chunk_is_part_of_the_configuration_hash_and_the_cpu_s_hash_is_unc
                          Producer.identity, ["gpu_chunk", GPU_FIXED_SENTENCES])  # fmt: skip
     assert hashed("cuda") == on_gpu
     assert hashed("cpu", {"device": "cuda"}) != hashed("cpu", {})  # the meaning filter on a GPU: its chunk too
+
+
+@pytest.mark.parametrize(
+    ("spec", "meaning", "gpu"),
+    [
+        (Identity(name="same"), None, False),
+        (Identity(name="same"), {"device": "cuda"}, True),  # the meaning filter's encoder on the GPU
+        (BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m", device="cuda:1"), None, True),
+        (BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m"), {"device": "cpu"}, False),
+    ],
+)
+def test_a_shard_holds_the_gpu_where_its_engine_or_its_meaning_filter_runs_there(spec, meaning, gpu):
+    """What takes the flow's `gpu` concurrency slot for a shard, and a GPU's fixed chunk."""
+    assert on_gpu(*views_module.model_devices(spec, FilterSpec(meaning=meaning))) is gpu
