@@ -144,6 +144,9 @@ def _two_rank_gradients(rank, world, init_file, out):
     loss = train_step(ddp, optimizer, batch, share, train_encoder=True, layout=local, cached_gradients=True)
     if rank == 0:
         torch.save({"loss": loss, "grads": [p.grad for p in model.parameters()]}, out)
+    # Both ranks leave together: one that tears gloo down while the other still works aborted
+    # once under load (SIGABRT, "terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -133,6 +133,9 @@ def _rank_gradients(rank, world, init_file, kind, out, pieces):
                       cached_gradients=True)
     if rank == 0:
         torch.save({"loss": loss, "grads": [p.grad for p in model.parameters()]}, out)
+    # Both ranks leave together: one that tears gloo down while the other still works aborted
+    # once under load (SIGABRT, "terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 
