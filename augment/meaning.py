@@ -18,6 +18,7 @@ import pyarrow as pa
 import regex
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 from viewmill.augment.augmenters import augmenter_class
+from viewmill.storage.embeddings import EmbeddingStore
 from viewmill.storage.lake import Lake
 
 from viewmill.specs import Spec
@@ -164,6 +165,8 @@ class MeaningJudge:
     embed: Embed
     earlier: tuple[str, ...] = ()
     precision: str = "fp32"  # the encoder's autocast (bf16 judges' identities say so)
+    embedding_key: str = ""  # the encoder's name in the lake's embedding store
+    store: bool = False  # embed through the lake's store (the recipe mines with this encoder)
 
     @property
     def identity(self) -> list[Any]:
@@ -177,7 +180,8 @@ class MeaningJudge:
             Candidate(source, row["text"], row["method"], row["status"] == "rejected", references[row["sentence_id"]])
             for row, source in zip(rows, sources, strict=True)
         ]
-        for row, verdict in zip(rows, judge(candidates, spec, self.embed), strict=True):
+        embed = EmbeddingStore(lake, self.embedding_key, self.embed) if self.store else self.embed
+        for row, verdict in zip(rows, judge(candidates, spec, embed), strict=True):
             row["quality"]["cosine_to_source"] = verdict.cosine
             if verdict.reason is not None:
                 row["status"], row["reject_reason"] = "rejected", verdict.reason

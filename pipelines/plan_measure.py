@@ -29,7 +29,7 @@ from viewmill.augment.views import (
     views_present,
 )
 from viewmill.pipelines.context import RunContext
-from viewmill.pipelines.stages.augment import meaning_judge
+from viewmill.pipelines.stages.augment import recipe_judge
 from viewmill.storage.lake import Lake
 from viewmill.train.encoder import load_sentence_model, resolve_encoder
 from viewmill.train.step_timing import TrainMeasure, time_training
@@ -151,7 +151,7 @@ def measure_augmenters(ctx: RunContext, lake: Lake | None) -> list[AugmenterMeas
     """Every augmenter in the recipe's order (the meaning filter's near-duplicate check reads the
     earlier ones' views), each with what the run's `lake` (None: no lake yet) already holds of it."""
     recipe = ctx.recipe
-    judge = meaning_judge(recipe.filters.meaning)
+    judge = recipe_judge(recipe)
     measures, scratch_configs, real_configs = [], [], []
     with ctx.lake() as scratch:  # opened once: each opening of a lake costs seconds on a busy machine
         ids = scratch.arrow("SELECT sentence_id FROM sentences")["sentence_id"].to_pylist()

@@ -26,6 +26,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "views": ("view_id",),
     "corpus_members": ("corpus_version", "sentence_id"),
     "corpus_versions": ("corpus_version",),
+    "embeddings": ("encoder", "text_hash"),
 }
 
 

@@ -254,6 +254,17 @@ REJECTED_SENTENCES = pa.schema(
     ]
 )
 
+# Texts' embeddings under one encoder (`storage/embeddings.py`): the meaning filter's and the
+# miner's, so mining reuses what the filter embedded and a rerun embeds only new texts.
+EMBEDDINGS = pa.schema(
+    [
+        ("encoder", pa.string()),  # the weights' fingerprint and the precision they embedded in
+        ("text_hash", pa.string()),  # xxh3-128 of the text's UTF-8
+        ("vector", pa.list_(pa.float32())),  # as the encoder returned it, not normalised
+        ("created_at", TS),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "sentences": SENTENCES,
     "rejected_sentences": REJECTED_SENTENCES,
@@ -269,6 +280,7 @@ TABLES: dict[str, pa.Schema] = {
     "models": MODELS,
     "evals": EVALS,
     "sweeps": SWEEPS,
+    "embeddings": EMBEDDINGS,
 }
 
 # Hive-style partition columns: queries per augmenter read only their files.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, model_validator
+from viewmill.storage.embeddings import EmbeddingStore, encoder_key
 from viewmill.storage.ids import canonical_json
 from viewmill.storage.lake import Lake
 from viewmill.storage.negatives import MINED_SOURCE, ROWS, NegativesSpec, candidate_sentences
@@ -108,6 +109,11 @@ class MinedNegatives(NegativesSpec):
     )
     batch_size: int = Field(64, ge=1, le=65536, description="texts per encoder batch")
     device: str = "cpu"
+    store: bool = Field(
+        True,
+        description="keep the texts' embeddings in the lake (table embeddings, 1.5 KiB a text at 384 dimensions): "
+        "mining then reads what the meaning filter or an earlier mining embedded with this encoder",
+    )
     _fingerprint: str | None = PrivateAttr(None)
     _shape: MiningShape | None = PrivateAttr(None)
 
@@ -140,16 +146,23 @@ class MinedNegatives(NegativesSpec):
 
     def reuse_key(self) -> dict:
         """The encoder (name and weights' fingerprint) and every control that decides the negatives."""
-        if self._fingerprint is None:
-            self._fingerprint = encoder_fingerprint(resolve_encoder(self.encoder))
-        controls = self.model_dump(exclude={"source", "encoder", "chunk_size", "batch_size", "device"})
-        key = {"encoder": self.encoder, "fingerprint": self._fingerprint, **controls, "range_max": self.window_end()}
+        controls = self.model_dump(exclude={"source", "encoder", "chunk_size", "batch_size", "device", "store"})
+        key = {"encoder": self.encoder, "fingerprint": self._weights(), **controls, "range_max": self.window_end()}
         # bf16 scores may order near-tied candidates otherwise; fp32 keys stay what they were.
         return key if self.precision() == "fp32" else {**key, "precision": self.precision()}
 
     def precision(self) -> str:
         """The encoder's autocast: `auto` resolved as training resolves it for this device."""
         return auto_precision(self.device)
+
+    def embedding_key(self) -> str:
+        """The lake's embedding store's name for this encoder (the meaning filter's, if it shares it)."""
+        return encoder_key(self._weights(), self.precision())
+
+    def _weights(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = encoder_fingerprint(resolve_encoder(self.encoder))
+        return self._fingerprint
 
     @property
     def last_shape(self) -> MiningShape | None:
@@ -172,7 +185,7 @@ class MinedNegatives(NegativesSpec):
         candidates = candidate_sentences(lake, pairs, corpus_version, self.candidates)
         texts = Texts(candidates["text"].to_pylist(), pairs["text_a"].to_pylist(), pairs["text_b"].to_pylist())
         every = texts.all
-        vectors = self._encode(every)
+        vectors = self._encode(lake, every)
         chars = sum(map(len, every)) / max(len(every), 1)
         self._shape = MiningShape(len(vectors), len(texts.candidates), pairs.num_rows, int(vectors.shape[1]), chars)
         exclusion = texts.exclusion(candidates["sentence_id"].to_pylist(), pairs["sentence_id"].to_pylist())
@@ -187,11 +200,25 @@ class MinedNegatives(NegativesSpec):
         miner = canonical_json({**self.reuse_key(), "index": index})
         return _rows(pairs["pair_id"], mined, candidates, miner)
 
-    def _encode(self, texts: list[str]) -> torch.Tensor:
-        model = load_sentence_model(resolve_encoder(self.encoder), device=self.device)
-        return encode_in(
-            model, texts, self.precision(), self.device, batch_size=self.batch_size, normalize_embeddings=True
-        )
+    def _encode(self, lake: Lake, texts: list[str]) -> torch.Tensor:
+        """Unit vectors of `texts`: read from the lake's store where it holds them; the encoder
+        is loaded only if some text is new."""
+        import torch
+
+        models: list = []
+
+        def embed(batch: list[str]) -> np.ndarray:
+            if not models:
+                models.append(load_sentence_model(resolve_encoder(self.encoder), device=self.device))
+            return encode_in(models[0], batch, self.precision(), self.device, batch_size=self.batch_size).numpy()
+
+        if self.store:
+            store = EmbeddingStore(lake, self.embedding_key(), embed)
+            vectors = torch.from_numpy(store(texts))
+            log.info("mining's embeddings: %d read from the lake, %d embedded", store.hits, store.misses)
+        else:
+            vectors = torch.from_numpy(embed(texts))
+        return torch.nn.functional.normalize(vectors, dim=1)
 
 
 @dataclass(frozen=True)

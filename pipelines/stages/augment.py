@@ -28,11 +28,14 @@ from viewmill.augment.views import (
 )
 from viewmill.pipelines.context import RunContext
 from viewmill.pipelines.progress import progress_bar
+from viewmill.pipelines.recipe import Recipe
 from viewmill.pipelines.stages.producers import lent_producer
 from viewmill.pipelines.stages.shard_lakes import keeping_lakes, shard_lake
+from viewmill.storage.embeddings import encoder_key
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import open_lake
 from viewmill.storage.maintenance import tidy_after_run
+from viewmill.storage.negatives import NegativesSpec
 from viewmill.train.encoder import (
     EncoderError,
     encode_in,
@@ -40,6 +43,7 @@ from viewmill.train.encoder import (
     load_sentence_model,
     resolve_encoder,
 )
+from viewmill.train.mining import MinedNegatives
 
 from viewmill.cpu import auto_precision
 from viewmill.settings import Settings
@@ -56,6 +60,7 @@ class AugmentPlan:
     corpus_state: str  # a fingerprint of the corpus's sentence ids
     lake_epoch: str  # when the lake was created: a new lake never reuses cached shards
     meaning_precision: str | None = None  # the meaning encoder's, resolved where the run was planned
+    meaning_store: bool = False  # the filter embeds through the lake's store (the recipe mines with its encoder)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class ShardJob:
     settings: Settings
     earlier: tuple[AugmenterSpec, ...] = ()  # with filters.meaning: the recipe's augmenters listed before spec
     meaning_precision: str | None = None  # the plan's: a worker on another CPU embeds as planned
+    meaning_store: bool = False
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for augment_shard (its Prefect task's cache key hashes them)."""
@@ -82,7 +88,7 @@ class ShardJob:
         return {**args, "shard": asdict(self.shard)}
 
 
-def meaning_judge(spec: MeaningSpec | None, precision: str | None = None) -> MeaningJudge | None:
+def meaning_judge(spec: MeaningSpec | None, precision: str | None = None, store: bool = False) -> MeaningJudge | None:
     """The meaning filter's judge for the recipe's first augmenter (`earlier` grows after it):
     the encoder's weights are fingerprinted now and loaded at the first batch, once per process,
     with the process's cache of its embeddings (each distinct text embedded once: `EmbeddingCache`).
@@ -90,7 +96,9 @@ def meaning_judge(spec: MeaningSpec | None, precision: str | None = None) -> Mea
     `precision` is the encoder's: None resolves `auto` as training does (bf16 autocast on a CPU
     with native bf16, 2.8x the texts a second there; fp32 elsewhere). Cosines in bf16 differ in
     their last digits, so a bf16 judge's identity (and with it the views' configuration) differs;
-    an fp32 judge's is what it always was. Shard workers are handed the plan's precision."""
+    an fp32 judge's is what it always was. Shard workers are handed the plan's precision.
+    `store`: embed through the lake's embedding store, for a miner of the same encoder
+    (`shares_embeddings`); the views are the same either way, so it is not in the identity."""
     if spec is None:
         return None
     try:
@@ -114,9 +122,24 @@ def meaning_judge(spec: MeaningSpec | None, precision: str | None = None) -> Mea
         return load_once("sentence-encoder", path, device, f"meaning-{precision}", load)(texts)
 
     fingerprint = encoder_fingerprint(path)
-    return MeaningJudge(
-        fingerprint if precision == "fp32" else f"{fingerprint}+{precision}", embed, precision=precision
-    )
+    identity = fingerprint if precision == "fp32" else f"{fingerprint}+{precision}"
+    return MeaningJudge(identity, embed, precision=precision, embedding_key=encoder_key(fingerprint, precision),
+                        store=store)  # fmt: skip
+
+
+def recipe_judge(recipe: Recipe) -> MeaningJudge | None:
+    """The recipe's meaning filter, storing its embeddings where the recipe's miner shares them."""
+    judge = meaning_judge(recipe.filters.meaning)
+    return replace(judge, store=True) if shares_embeddings(judge, recipe.pair.negatives) else judge
+
+
+def shares_embeddings(judge: MeaningJudge | None, negatives: NegativesSpec | None) -> bool:
+    """Whether the recipe mines negatives with the meaning filter's encoder and precision, keeping
+    embeddings in the lake: then the filter stores what it embeds and mining reads it."""
+    return (
+        judge is not None and isinstance(negatives, MinedNegatives) and negatives.store
+        and negatives.embedding_key() == judge.embedding_key
+    )  # fmt: skip
 
 
 def _after(judge: MeaningJudge | None, earlier: list[str]) -> MeaningJudge | None:
@@ -127,7 +150,7 @@ def augment_plan(ctx: RunContext) -> AugmentPlan:
     """Each augmenter's configuration hash (in the recipe's order: with the meaning filter, each
     depends on the ones before it) and the shards of the corpus."""
     recipe = ctx.recipe
-    judge = meaning_judge(recipe.filters.meaning)
+    judge = recipe_judge(recipe)
     with ctx.lake(read_only=True) as lake:
         configs: dict[str, str] = {}
         for spec in recipe.augmenters:  # producers kept for the shards this process runs
@@ -139,7 +162,8 @@ def augment_plan(ctx: RunContext) -> AugmentPlan:
         epoch = lake.created_at()
     shards = Shard.all_of(len(ids), recipe.execution.shard_sentences)
     precision = judge.precision if judge is not None else None
-    return AugmentPlan(configs, shards, fingerprint(ids), epoch, meaning_precision=precision)
+    store = judge is not None and judge.store
+    return AugmentPlan(configs, shards, fingerprint(ids), epoch, meaning_precision=precision, meaning_store=store)
 
 
 def augment_shard(
@@ -156,6 +180,7 @@ def augment_shard(
     settings: Settings | None = None,
     earlier: tuple[AugmenterSpec, ...] = (),
     meaning_precision: str | None = None,
+    meaning_store: bool = False,
 ) -> ShardReport:
     """One shard of one augmenter: runs wherever its task is scheduled (another process or
     machine), so it takes plain values and opens the lake itself. `config_hash`,
@@ -165,7 +190,7 @@ def augment_shard(
     only looked up, and made only where missing (a shard run on its own); only this
     augmenter's work is reported."""
     part = Shard(**shard)
-    judge = meaning_judge(filters.meaning, meaning_precision)
+    judge = meaning_judge(filters.meaning, meaning_precision, meaning_store)
     configs: list[str] = []
     with shard_lake(settings or Settings(), lake_root) as lake:
         for current in (*earlier, spec):
@@ -212,6 +237,7 @@ def shard_jobs(ctx: RunContext, plan: AugmentPlan) -> list[ShardJob]:
             settings=ctx.settings,
             earlier=tuple(recipe.augmenters[:position]) if ordered else (),
             meaning_precision=plan.meaning_precision,
+            meaning_store=plan.meaning_store,
         )
         for position, spec, shard in order
     ]

@@ -12,6 +12,7 @@ from viewmill.pipelines.cli.app import app
 from viewmill.pipelines.recipe import RecipeError, load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
 from viewmill.pipelines.state import StatePaths
+from viewmill.storage.embeddings import embedding_key
 from viewmill.storage.lake import Lake
 from viewmill.storage.snapshots import read_pairs
 from viewmill.train.encoder import encoder_fingerprint
@@ -36,7 +37,7 @@ CONTRADICTIONS = {
 }
 
 
-def _recipe(folder: Path, negatives: str) -> Path:
+def _recipe(folder: Path, negatives: str, filters: str = "{}") -> Path:
     for name, column in (("s1", 0), ("s2", 1), ("labels", 2)):
         (folder / f"{name}.train").write_text("\n".join(row[column] for row in NLI) + "\n", encoding="utf-8")
     recipe = folder / "nli.yaml"
@@ -48,6 +49,7 @@ augmenters:
   - {{name: premise, method: identity}}
   - {{name: entailed, method: entailment}}
 pair: {{view_a: premise, view_b: entailed, negatives: {negatives}}}
+filters: {filters}
 """,
         encoding="utf-8",
     )
@@ -165,3 +167,39 @@ def test_mining_records_what_it_embedded_and_searched_for_the_plan(tmp_path, tin
     entailed = {NLI[i][1] for i in (0, 2, 4, 6)}
     assert (shape.texts, shape.candidates, shape.anchors) == (len(premises | entailed), len(entailed), 4)
     assert shape.text_chars == pytest.approx(sum(map(len, premises | entailed)) / len(premises | entailed))
+
+
+def _no_model(*args, **kwargs):
+    raise AssertionError("mining found every text in the lake's embedding store: it must not load the encoder")
+
+
+def test_mining_reads_the_meaning_filter_s_embeddings_from_the_lake(tmp_path, tiny_model, monkeypatch):
+    negatives = f"{{source: mined, encoder: {tiny_model}, per_anchor: 1, candidates: positives}}"
+    meaning = f"{{meaning: {{encoder: {tiny_model}, min_cosine: -1, max_cosine: 1}}}}"
+    monkeypatch.setattr("viewmill.train.mining.load_sentence_model", _no_model)
+    summary = run_recipe(RunContext(load_recipe(_recipe(tmp_path, negatives, meaning)), StatePaths(tmp_path / "state")))
+    monkeypatch.undo()
+    with Lake(tmp_path / "state" / "lake", read_only=True) as lake:
+        stored = set(lake.arrow("SELECT text_hash FROM embeddings")["text_hash"].to_pylist())
+        mined = read_pairs(lake, summary["snapshot"]["name"]).to_pylist()
+    assert mined and all(len(p["negatives"]) == 1 for p in mined)
+    assert {embedding_key(t) for p in mined for t in (p["text_a"], p["text_b"])} <= stored
+    # The same negatives as a miner that embeds every text itself, in its own batches.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    plain = f"{{source: mined, encoder: {tiny_model}, per_anchor: 1, candidates: positives, store: false}}"
+    again = run_recipe(RunContext(load_recipe(_recipe(alone, plain, meaning)), StatePaths(alone / "state")))
+    with Lake(alone / "state" / "lake", read_only=True) as lake:
+        assert lake.scalar("SELECT count(*) FROM embeddings") == 0  # nothing stored: the filter kept its own
+        by_itself = read_pairs(lake, again["snapshot"]["name"]).to_pylist()
+    assert {p["text_a"]: p["negatives"] for p in by_itself} == {p["text_a"]: p["negatives"] for p in mined}
+
+
+def test_a_rerun_with_other_mining_controls_embeds_nothing_new(tmp_path, tiny_model, monkeypatch):
+    first = f"{{source: mined, encoder: {tiny_model}, per_anchor: 1, candidates: sentences}}"
+    name = _run(tmp_path, first)["snapshot"]["name"]
+    monkeypatch.setattr("viewmill.train.mining.load_sentence_model", _no_model)
+    wider = _run(tmp_path, first.replace("per_anchor: 1", "per_anchor: 2"))["snapshot"]
+    assert wider["created"] and wider["name"] != name
+    with Lake(tmp_path / "state" / "lake", read_only=True) as lake:
+        assert all(len(p["negatives"]) == 2 for p in read_pairs(lake, wider["name"]).to_pylist())
