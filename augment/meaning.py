@@ -180,7 +180,9 @@ class MeaningJudge:
             Candidate(source, row["text"], row["method"], row["status"] == "rejected", references[row["sentence_id"]])
             for row, source in zip(rows, sources, strict=True)
         ]
-        embed = EmbeddingStore(lake, self.embedding_key, self.embed) if self.store else self.embed
+        # Stored for the recipe's miner; never read here: a first run's views are new (and the
+        # embedding is `self.embed`'s, one call as before, so verdicts do not change).
+        embed = EmbeddingStore(lake, self.embedding_key, self.embed, read=False) if self.store else self.embed
         for row, verdict in zip(rows, judge(candidates, spec, embed), strict=True):
             row["quality"]["cosine_to_source"] = verdict.cosine
             if verdict.reason is not None:

@@ -129,6 +129,8 @@ def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str
     """Plan, run, report, verify and export in a fresh state folder; every figure of one repeat."""
     models = {"mt": str(args.mt_model), "encoder": str(args.encoder), "device": args.device} if args.mt_model else None
     state, spec = workdir / "state", recipe(args.profile, corpus, args.format, args.steps, models=models)
+    if args.no_embedding_store and spec["pair"].get("negatives", {}).get("source") == "mined":
+        spec["pair"]["negatives"]["store"] = False  # mining embeds every text itself, as before the store
     workdir.mkdir()
     recipe_path = workdir / "recipe.yaml"
     recipe_path.write_text(json.dumps(spec), encoding="utf-8")  # JSON is YAML
@@ -312,6 +314,7 @@ def main() -> None:
     parser.add_argument("--encoder", type=Path, help="gpu: a sentence-transformers folder (filter, miner, training)")
     parser.add_argument("--device", default="cuda", help="gpu: where every model runs")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
+    parser.add_argument("--no-embedding-store", action="store_true", help="mining embeds its texts itself")
     parser.add_argument("--alone", type=Path, help=argparse.SUPPRESS)  # a child: the engines alone on a state
     args = parser.parse_args()
     if args.profile == "gpu" and not (args.mt_model and args.encoder):

@@ -305,6 +305,8 @@ def pair_estimate(recipe: Recipe, found: Measures, scale: float) -> StageEstimat
             full = found.mining.scaled(max(scale, 1.0))
             grown += negatives.memory_bytes(full) - negatives.memory_bytes(found.mining)
             note += f"; {negatives.index_for(full.candidates)} search over {full.candidates:,} candidates"
+            if negatives.store:  # the texts the filter or an earlier mining stored are not stored twice
+                note += f"; embeddings kept in the lake: up to {full.texts * full.dims * 4 / 2**30:,.2f} GiB"
     else:
         seconds, note = (
             found.pair.seconds + pairs / PAIR_ROWS_PER_S,

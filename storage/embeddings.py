@@ -1,16 +1,16 @@
 """Texts' embeddings kept in the lake (table `embeddings`), keyed by encoder and text.
 
 The meaning filter embeds every source and view of a recipe, and mining embeds the same texts
-again a stage later with the same encoder (at 10k sentences of the full profile, 97 s of a 277 s
-run). Both go through an `EmbeddingStore`: a text already in the lake under that encoder is
-read, not embedded, so mining reuses the filter's work and a rerun with other mining controls
-embeds only new texts.
+again a stage later with the same encoder (at 10k sentences of the full profile, 36 s of a
+126 s run). Both go through an `EmbeddingStore`: the filter stores what it embeds, and mining
+reads what the lake holds under its encoder, embedding (and storing) only the rest, so a rerun
+with other mining controls embeds only new texts.
 
 Why the lake and not the process: an embedding differs in its last bits with the batch it was
 computed in, enough to swap near-tied mining candidates. A stored vector is the one every later
-reader gets, so reruns stay identical. New texts are embedded and committed in fixed chunks, in
-the caller's order, so which texts share a batch never depends on timing, and a killed run keeps
-every chunk it committed.
+reader of the lake gets, so reruns on it mine the same negatives. Mining embeds what is missing
+in fixed chunks in its own order, and every chunk is committed on its own, so a killed run
+keeps what it committed.
 
 The key is the encoder's identity (its weights' fingerprint and the precision it ran in) and the
 text's xxh3-128 (a 64-bit hash would collide somewhere in a few billion texts, and a collision
@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +33,6 @@ from viewmill.storage.schema import EMBEDDINGS
 
 Embed = Callable[[list[str]], np.ndarray]  # texts -> one row per text
 NEW_TEXTS_PER_COMMIT = 4096  # a kill loses at most this many embeddings; the batches never depend on timing
-TEXTS_PER_READ = 65_536  # keys looked up in one query: a million texts' keys are not registered at once
 
 
 def embedding_key(text: str) -> str:
@@ -45,64 +45,66 @@ def encoder_key(weights_fingerprint: str, precision: str) -> str:
 
 
 class EmbeddingStore:
-    """`embed` through the lake: called with texts, returns one float32 row per text, reading
-    the rows the lake holds under `encoder` and embedding (then storing) only the others."""
+    """`embed` through the lake: called with distinct texts, returns one float32 row per text,
+    reading the rows the lake holds under `encoder` (with `read`) and embedding, then storing,
+    only the others. `read=False` only stores: the meaning filter's texts are new on a first
+    run, and a lookup scans the table's keys, so the filter never pays it."""
 
-    def __init__(self, lake: Lake, encoder: str, embed: Embed, chunk: int = NEW_TEXTS_PER_COMMIT) -> None:
+    def __init__(
+        self, lake: Lake, encoder: str, embed: Embed, *, read: bool = True, chunk: int = NEW_TEXTS_PER_COMMIT
+    ) -> None:
         if chunk < 1:
             raise ValueError(f"chunk is {chunk}: embed at least one new text per commit")
-        self.lake, self.encoder, self._embed, self._chunk = lake, encoder, embed, chunk
+        self.lake, self.encoder, self._embed, self._read_first, self._chunk = lake, encoder, embed, read, chunk
         self.hits = self.misses = 0
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        unique = list(dict.fromkeys(texts))
-        keys = [embedding_key(text) for text in unique]
-        rows = _Matrix(len(unique))
-        missing: list[int] = []
-        for start in range(0, len(unique), TEXTS_PER_READ):
-            found = self._read(keys[start : start + TEXTS_PER_READ], start, rows)
-            missing += [i for i in range(start, min(start + TEXTS_PER_READ, len(unique))) if not found[i - start]]
-        self.hits += len(unique) - len(missing)
-        self.misses += len(missing)
-        for start in range(0, len(missing), self._chunk):
-            positions = missing[start : start + self._chunk]
-            vectors = self._embedded([unique[i] for i in positions])
-            self._write([keys[i] for i in positions], vectors)
-            rows.put(np.asarray(positions), vectors)
-        matrix = rows.matrix()
-        if len(unique) == len(texts):  # distinct texts come back in their own order, uncopied
+        keys = pa.array((embedding_key(text) for text in texts), pa.string(), size=len(texts))
+        if pc.count_distinct(keys).as_py() != len(keys):
+            raise ValueError("the embedding store embeds distinct texts: give each text once")
+        if not self._read_first:  # embedded as `embed` alone would (one call), stored a chunk a commit
+            self.misses += len(texts)
+            matrix = self._embedded(list(texts))
+            for start in range(0, len(texts), self._chunk):
+                self._write(keys.slice(start, self._chunk), matrix[start : start + self._chunk])
             return matrix
-        position = {text: i for i, text in enumerate(unique)}
-        return matrix[[position[text] for text in texts]]
+        rows = _Matrix(len(texts))
+        held = self._read(keys, rows) if len(texts) else np.zeros(0, dtype=bool)
+        missing = np.flatnonzero(~held)
+        self.hits, self.misses = self.hits + len(texts) - len(missing), self.misses + len(missing)
+        for start in range(0, len(missing), self._chunk):  # the batches depend on what is missing only
+            positions = missing[start : start + self._chunk]
+            vectors = self._embedded([texts[i] for i in positions])
+            self._write(keys.take(positions), vectors)
+            rows.put(positions, vectors)
+        return rows.matrix()
 
-    def _read(self, keys: list[str], first: int, rows: _Matrix) -> np.ndarray:
-        """Fill the rows of `keys` the lake holds; which of them it held."""
-        wanted = pa.table({"text_hash": pa.array(keys, pa.string()), "position": np.arange(len(keys), dtype=np.int64)})
-        with self.lake.with_keys("_embedding_keys", wanted):
-            found = self.lake.arrow(
-                "SELECT w.position, e.vector FROM embeddings e JOIN _embedding_keys w USING (text_hash) "
-                "WHERE e.encoder = ?",
-                [self.encoder],
-            )
+    def _read(self, keys: pa.StringArray, rows: _Matrix) -> np.ndarray:
+        """Fill the rows the lake holds, streamed (one scan of the table, however many texts);
+        which rows it held."""
         held = np.zeros(len(keys), dtype=bool)
-        if found.num_rows:
-            positions = found["position"].to_numpy()
-            rows.put(positions + first, self._vectors(found["vector"]))
-            held[positions] = True
+        wanted = pa.table({"text_hash": keys, "position": np.arange(len(keys), dtype=np.int64)})
+        with self.lake.with_keys("_embedding_keys", wanted):
+            query = (
+                "SELECT w.position, e.vector FROM embeddings e JOIN _embedding_keys w USING (text_hash) "
+                "WHERE e.encoder = ?"
+            )
+            for batch in self.lake.batches(query, [self.encoder]):
+                positions = batch.column("position").to_numpy()
+                rows.put(positions, self._vectors(batch.column("vector")))
+                held[positions] = True
         return held
 
-    def _vectors(self, column: pa.ChunkedArray) -> np.ndarray:
-        """The stored lists as one float32 matrix, refused if any is not a finite vector of one width."""
-        lists = column.combine_chunks()
+    def _vectors(self, lists: pa.ListArray) -> np.ndarray:
+        """Stored lists as one float32 matrix, refused if any is not a finite vector of one width."""
         lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
-        width = int(lengths[0])
         values = lists.flatten().to_numpy(zero_copy_only=False)
-        if lists.null_count or width == 0 or (lengths != width).any() or not np.isfinite(values).all():
+        width = int(lengths[0]) if not lists.null_count else 0
+        if width == 0 or (lengths != width).any() or not np.isfinite(values).all():
             raise LakeError(
                 f"the lake's embeddings under encoder {self.encoder} hold a vector that is null, empty, "
-                "of another width than the others, or not finite: not written by viewmill as it is. Delete "
-                f"them (`viewmill lake attach --read-write`, then DELETE FROM embeddings WHERE encoder = "
-                f"'{self.encoder}') and rerun: they are embedded again"
+                "of another width than the others, or not finite: not written by viewmill as it is. "
+                f"Drop them (`viewmill lake embeddings --drop {self.encoder}`) and rerun: they are embedded again"
             )
         return values.astype(np.float32, copy=False).reshape(len(lengths), width)
 
@@ -112,14 +114,14 @@ class EmbeddingStore:
             raise ValueError(f"the encoder returned shape {matrix.shape} for {len(texts)} texts: one row per text")
         return matrix
 
-    def _write(self, keys: list[str], vectors: np.ndarray) -> None:
+    def _write(self, keys: pa.StringArray, vectors: np.ndarray) -> None:
         width = vectors.shape[1]
         flat = pa.array(np.ascontiguousarray(vectors).reshape(-1), pa.float32())
         offsets = pa.array(np.arange(0, (len(keys) + 1) * width, width, dtype=np.int32))
         rows = pa.table(
             {
                 "encoder": pa.array([self.encoder] * len(keys), pa.string()),
-                "text_hash": pa.array(keys, pa.string()),
+                "text_hash": keys,
                 "vector": pa.ListArray.from_arrays(offsets, flat),
                 "created_at": pa.array([datetime.now(UTC)] * len(keys), EMBEDDINGS.field("created_at").type),
             },
@@ -127,6 +129,33 @@ class EmbeddingStore:
         )
         with self.lake.transaction():
             self.lake.append("embeddings", rows, unique_on=("encoder", "text_hash"))
+
+
+def stored_encoders(lake: Lake) -> pa.Table:
+    """Per encoder key: texts stored, their width, the vectors' bytes, and when they were written."""
+    try:
+        return lake.arrow(
+            "SELECT encoder, count(*) AS texts, max(len(vector)) AS dims, sum(len(vector)) * 4 AS vector_bytes, "
+            "min(created_at) AS first_written, max(created_at) AS last_written FROM embeddings "
+            "GROUP BY encoder ORDER BY encoder"
+        )
+    except duckdb.CatalogException:  # a lake no writer has opened since the table came
+        return pa.table({"encoder": pa.array([], pa.string()), "texts": pa.array([], pa.int64())})
+
+
+def drop_encoder(lake: Lake, encoder: str) -> int:
+    """Delete every embedding stored under `encoder`, in one commit; how many. Their files go at
+    the next `viewmill lake compact` past its time-travel window."""
+    known = stored_encoders(lake)["encoder"].to_pylist()
+    if encoder not in known:
+        raise LakeError(
+            f"the lake stores no embeddings under encoder {encoder!r}: "
+            f"stored ones are {', '.join(known) or 'none'} (viewmill lake embeddings)"
+        )
+    with lake.transaction():
+        count = lake.scalar("SELECT count(*) FROM embeddings WHERE encoder = ?", [encoder])
+        lake.con.execute("DELETE FROM embeddings WHERE encoder = ?", [encoder])
+    return int(count)
 
 
 class _Matrix:
@@ -141,8 +170,8 @@ class _Matrix:
             self._rows = np.empty((self._n, vectors.shape[1]), dtype=np.float32)
         elif vectors.shape[1] != self._rows.shape[1]:
             raise LakeError(
-                f"stored embeddings are {self._rows.shape[1]} wide and the encoder's {vectors.shape[1]}: "
-                "one encoder key must not hold two widths"
+                f"stored embeddings are {self._rows.shape[1]} wide and the encoder's {vectors.shape[1]}: one "
+                "encoder key holds two widths; drop its rows (`viewmill lake embeddings --drop KEY`) and rerun"
             )
         self._rows[positions] = vectors
 

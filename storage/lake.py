@@ -186,6 +186,12 @@ class Lake:
         with self._reading():
             return self.con.execute(sql, params or []).to_arrow_table()
 
+    def batches(self, sql: str, params: Sequence[Any] | None = None, rows: int = 65_536) -> Iterator[pa.RecordBatch]:
+        """The result `rows` at a time, so a large one never sits in memory whole (read every
+        batch before the next query on this lake)."""
+        with self._reading():
+            yield from self.con.execute(sql, params or []).to_arrow_reader(rows)
+
     def polars(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         import polars as pl  # not at the top: `viewmill sql` opens a lake and never needs polars
 

@@ -298,4 +298,5 @@ SORTED: dict[str, tuple[str, int]] = {"sentences": ("sentence_id", 8192)}  # (so
 KEY_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
     "views": {"view_id": ("augmenter", "sentence_id")},
     "translations": {"cache_key": ("engine", "model", "src_lang", "tgt_lang", "decoding", "src_text_hash")},
+    "embeddings": {"encoder": ("encoder",)},  # a store's commit checks its own encoder's keys only
 }

@@ -142,12 +142,15 @@ class MinedNegatives(NegativesSpec):
         return "faiss" if n_candidates >= AUTO_FAISS_CANDIDATES else "exact"
 
     def reads(self) -> tuple[str, ...]:
-        return ("sentences",) if self.candidates == "sentences" else ()
+        """Tables mining reads beside pairing's, checked against their recorded hashes first."""
+        return (*(("sentences",) if self.candidates == "sentences" else ()), *(("embeddings",) if self.store else ()))
 
     def reuse_key(self) -> dict:
         """The encoder (name and weights' fingerprint) and every control that decides the negatives."""
         controls = self.model_dump(exclude={"source", "encoder", "chunk_size", "batch_size", "device", "store"})
         key = {"encoder": self.encoder, "fingerprint": self._weights(), **controls, "range_max": self.window_end()}
+        if self.store:  # stored vectors, normalised after: their last bits differ from one encode's
+            key["embeddings"] = "lake"
         # bf16 scores may order near-tied candidates otherwise; fp32 keys stay what they were.
         return key if self.precision() == "fp32" else {**key, "precision": self.precision()}
 
@@ -200,25 +203,29 @@ class MinedNegatives(NegativesSpec):
         miner = canonical_json({**self.reuse_key(), "index": index})
         return _rows(pairs["pair_id"], mined, candidates, miner)
 
-    def _encode(self, lake: Lake, texts: list[str]) -> torch.Tensor:
-        """Unit vectors of `texts`: read from the lake's store where it holds them; the encoder
-        is loaded only if some text is new."""
+    def _encode(self, lake: Lake | None, texts: list[str]) -> torch.Tensor:
+        """Unit vectors of the distinct `texts`. With `store`, read from the lake where it holds
+        them (the encoder loads only if some text is new) and normalised afterwards; without,
+        the encoder embeds and normalises every text as it always did."""
         import torch
 
-        models: list = []
+        models: list = []  # loaded at the first text to embed, and dropped with this call
+
+        def model():
+            models[:] = models or [load_sentence_model(resolve_encoder(self.encoder), device=self.device)]
+            return models[0]
+
+        if not self.store:
+            return encode_in(model(), texts, self.precision(), self.device, batch_size=self.batch_size,
+                             normalize_embeddings=True)  # fmt: skip
 
         def embed(batch: list[str]) -> np.ndarray:
-            if not models:
-                models.append(load_sentence_model(resolve_encoder(self.encoder), device=self.device))
-            return encode_in(models[0], batch, self.precision(), self.device, batch_size=self.batch_size).numpy()
+            return encode_in(model(), batch, self.precision(), self.device, batch_size=self.batch_size).numpy()
 
-        if self.store:
-            store = EmbeddingStore(lake, self.embedding_key(), embed)
-            vectors = torch.from_numpy(store(texts))
-            log.info("mining's embeddings: %d read from the lake, %d embedded", store.hits, store.misses)
-        else:
-            vectors = torch.from_numpy(embed(texts))
-        return torch.nn.functional.normalize(vectors, dim=1)
+        store = EmbeddingStore(lake, self.embedding_key(), embed)
+        vectors = torch.from_numpy(store(texts))
+        log.info("mining's embeddings: %d read from the lake, %d embedded", store.hits, store.misses)
+        return vectors.div_(vectors.norm(dim=1, keepdim=True).clamp_min(1e-12))  # in place: no second copy
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The `viewmill lake` sub-app: `snapshots`, `runs` and `export` here, `init`, `compact`, `verify`,
+"""The `viewmill lake` sub-app: `snapshots`, `runs`, `embeddings` and `export` here, `init`, `compact`, `verify`,
 `repair` and `attach` from `lake_admin`. Loaded only when a lake command runs or help lists it."""
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ from viewmill.pipelines.cli.common import (
     StateDir,
     console,
     err_console,
+    fail,
+    load_settings,
     open_lake_read_only,
 )
 from viewmill.pipelines.cli.output import print_table
+from viewmill.pipelines.state import StatePaths
 
 lake_app = typer.Typer(help="Inspect the lake.", no_args_is_help=True, context_settings=HELP)
 
@@ -48,6 +51,32 @@ def runs(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
     table = table.select([name for name in RUN_COLUMNS if name in table.column_names])  # an older lake has fewer
     status = pa.array([shown_status(row) for row in table.to_pylist()], pa.string())
     print_table(table.set_column(table.column_names.index("status"), "status", status), console)
+
+
+@lake_app.command("embeddings")
+def embeddings(
+    drop: Annotated[
+        str | None, typer.Option("--drop", metavar="ENCODER", help="delete every embedding stored under this key")
+    ] = None,
+    state_dir: StateDir = None,
+    catalog: CatalogOption = None,
+) -> None:
+    """List the embedding store's encoders (what mining and the meaning filter keep, docs/lake.md),
+    or drop one's embeddings: they are embedded again when a run needs them."""
+    from viewmill.storage.embeddings import drop_encoder, stored_encoders
+    from viewmill.storage.lake import LakeError, open_lake
+
+    with open_lake_read_only(state_dir, catalog) as lake:  # refuses a folder without a lake, never makes one
+        stored = stored_encoders(lake)
+    if drop is None:
+        print_table(stored, console)
+        return
+    try:
+        with open_lake(load_settings(catalog), StatePaths.resolve(state_dir).lake) as lake:
+            dropped = drop_encoder(lake, drop)
+    except LakeError as exc:
+        fail(exc)
+    err_console.print(f"dropped {dropped} embeddings stored under {drop}", highlight=False)
 
 
 @lake_app.command("export")

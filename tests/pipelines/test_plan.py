@@ -193,6 +193,7 @@ def test_the_pair_and_train_stages_memory_grows_with_the_pairs_they_hold():
     mined_on_sample = mined.memory_bytes(sample)  # the exact search's block, mostly
     assert pair.rows == 1_000_000 and pair.peak_rss == gib + 999_800 * 500 + mined_at_1m - mined_on_sample
     assert "faiss search over 1,000,000 candidates" in pair.note
+    assert "embeddings kept in the lake: up to 2.15 GiB" in pair.note  # 1.5M texts x 384 float32
     assert train_estimate(recipe, found, pair.rows).peak_rss == gib + 999_800 * 500  # the snapshot in Arrow
     recipe.pair.negatives = None  # other negatives (or none): only the pairs grow
     assert pair_estimate(recipe, found, scale=5_000.0).peak_rss == gib + 999_800 * 500

@@ -4,7 +4,7 @@ chunks, keeps encoders apart, and refuses vectors it cannot trust."""
 import numpy as np
 import pyarrow as pa
 import pytest
-from viewmill.storage.embeddings import EmbeddingStore, embedding_key, encoder_key
+from viewmill.storage.embeddings import EmbeddingStore, drop_encoder, embedding_key, encoder_key, stored_encoders
 from viewmill.storage.integrity import verify_lake
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.schema import EMBEDDINGS
@@ -31,16 +31,36 @@ def lake(tmp_path):
 
 def test_a_second_call_reads_every_text_and_embeds_nothing(lake):
     encoder = Encoder()
-    texts = ["a dog runs", "a cat sleeps", "a dog runs", "birds sing"]
+    texts = ["a dog runs", "a cat sleeps", "birds sing"]
     first = EmbeddingStore(lake, "enc+fp32", encoder)(texts)
-    assert encoder.calls == [["a dog runs", "a cat sleeps", "birds sing"]]  # each distinct text once
+    assert encoder.calls == [texts]
     again = EmbeddingStore(lake, "enc+fp32", encoder)
-    second = again(texts)
+    second = again(texts[::-1])
     assert len(encoder.calls) == 1 and (again.hits, again.misses) == (3, 0)
-    np.testing.assert_array_equal(first, second)
-    np.testing.assert_array_equal(first[0], first[2])
-    assert first.dtype == np.float32 and first.shape == (4, WIDTH)
+    np.testing.assert_array_equal(first[::-1], second)  # each row is its text's, in the caller's order
+    assert first.dtype == np.float32 and first.shape == (3, WIDTH)
     assert lake.scalar("SELECT count(*) FROM embeddings") == 3
+
+
+def test_a_text_given_twice_is_refused(lake):
+    with pytest.raises(ValueError, match="distinct texts"):
+        EmbeddingStore(lake, "enc+fp32", Encoder())(["a", "b", "a"])
+
+
+def test_storing_only_embeds_as_one_call_and_commits_in_chunks(lake):
+    encoder = Encoder()
+    texts = [f"t{i}" for i in range(5)]
+    stored = EmbeddingStore(lake, "enc+fp32", encoder, read=False, chunk=2)(texts)
+    assert encoder.calls == [texts]  # the caller's batch, as without the store
+    assert lake.scalar("SELECT count(*) FROM embeddings") == 5
+    assert lake.scalar("SELECT count(DISTINCT created_at) FROM embeddings") == 3  # a commit a chunk
+    np.testing.assert_array_equal(EmbeddingStore(lake, "enc+fp32", _refuse_to_embed)(texts), stored)
+    EmbeddingStore(lake, "enc+fp32", encoder, read=False)(texts[:2])  # stored again: no second row
+    assert lake.scalar("SELECT count(*) FROM embeddings") == 5
+
+
+def _refuse_to_embed(texts: list[str]) -> np.ndarray:
+    raise AssertionError(f"embedded {texts}: the store holds them")
 
 
 def test_only_new_texts_are_embedded_in_fixed_chunks_in_the_caller_s_order(lake):
@@ -98,7 +118,27 @@ def test_a_vector_it_cannot_trust_is_refused_with_the_fix(lake, vector):
     _plant(lake, vector)
     with pytest.raises(LakeError) as refused:
         EmbeddingStore(lake, "enc+fp32", Encoder())(["kept", "planted"])
-    assert "enc+fp32" in str(refused.value) and "DELETE FROM embeddings" in str(refused.value)
+    assert "enc+fp32" in str(refused.value) and "viewmill lake embeddings --drop enc+fp32" in str(refused.value)
+
+
+def test_a_null_vector_read_first_is_refused_too(lake):
+    _plant(lake, None)
+    with pytest.raises(LakeError, match="null"):
+        EmbeddingStore(lake, "enc+fp32", Encoder())(["planted"])
+
+
+def test_encoders_are_listed_and_one_is_dropped_in_one_commit(lake):
+    EmbeddingStore(lake, "a+fp32", Encoder())(["x", "y"])
+    EmbeddingStore(lake, "b+bf16", Encoder())(["x"])
+    listed = stored_encoders(lake).to_pylist()
+    assert [(r["encoder"], r["texts"], r["dims"], r["vector_bytes"]) for r in listed] == [
+        ("a+fp32", 2, WIDTH, 2 * WIDTH * 4),
+        ("b+bf16", 1, WIDTH, WIDTH * 4),
+    ]
+    assert drop_encoder(lake, "a+fp32") == 2
+    assert stored_encoders(lake)["encoder"].to_pylist() == ["b+bf16"]
+    with pytest.raises(LakeError, match="no embeddings under encoder 'a\\+fp32'.*b\\+bf16"):
+        drop_encoder(lake, "a+fp32")
 
 
 def test_stored_embeddings_are_hashed_and_verified_with_the_lake(lake):

@@ -55,3 +55,19 @@ def test_shard_jobs_carry_the_plans_precision(tmp_path):
     jobs = stage.shard_jobs(ctx, plan)
     assert [job.meaning_precision for job in jobs] == ["bf16", "bf16"]
     assert all(job.kwargs()["meaning_precision"] == "bf16" for job in jobs)
+
+
+def test_the_filter_stores_for_a_miner_of_its_own_encoder_and_precision_only(monkeypatch, tiny_model):
+    from viewmill.storage.negatives import NliContradictions
+    from viewmill.train.mining import MinedNegatives
+
+    monkeypatch.setenv("VIEWMILL_AUTO_PRECISION", "bf16")
+    judge, miner = stage.meaning_judge(MeaningSpec()), MinedNegatives(source="mined")
+    assert stage.shares_embeddings(judge, miner) and miner.reads() == ("embeddings",)
+    assert not stage.shares_embeddings(judge, MinedNegatives(source="mined", store=False))
+    assert MinedNegatives(source="mined", store=False).reads() == ()
+    assert not stage.shares_embeddings(judge, MinedNegatives(source="mined", encoder=str(tiny_model)))
+    assert not stage.shares_embeddings(stage.meaning_judge(MeaningSpec(), "fp32"), miner)  # another precision
+    assert not stage.shares_embeddings(judge, NliContradictions(source="nli-contradiction"))
+    assert not stage.shares_embeddings(None, miner)
+    assert not judge.store  # a judge stores only where the recipe's miner shares its encoder (recipe_judge)

@@ -5,6 +5,7 @@ export, and sentence-transformers' own trainer on that export."""
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -203,3 +204,21 @@ def test_a_rerun_with_other_mining_controls_embeds_nothing_new(tmp_path, tiny_mo
     assert wider["created"] and wider["name"] != name
     with Lake(tmp_path / "state" / "lake", read_only=True) as lake:
         assert all(len(p["negatives"]) == 2 for p in read_pairs(lake, wider["name"]).to_pylist())
+
+
+def test_an_edited_stored_embedding_is_refused_before_mining_uses_it(tmp_path, tiny_model):
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from viewmill.storage.lake import LakeError
+
+    first = f"{{source: mined, encoder: {tiny_model}, per_anchor: 1, candidates: sentences}}"
+    _run(tmp_path, first)
+    [stored] = sorted((tmp_path / "state" / "lake" / "data" / "main" / "embeddings").rglob("*.parquet"))
+    table = pq.read_table(stored)
+    vectors = pc.list_flatten(table["vector"]).to_numpy().copy()
+    vectors[0] = -vectors[0]  # finite and of the right width: only the file's hash can tell
+    width = len(vectors) // table.num_rows
+    edited = pa.ListArray.from_arrays(pa.array(range(0, len(vectors) + 1, width), pa.int32()), pa.array(vectors))
+    pq.write_table(table.set_column(table.column_names.index("vector"), "vector", edited), stored)
+    with pytest.raises(LakeError, match="cannot pair the views.*embeddings data file.*changed since viewmill wrote it"):
+        _run(tmp_path, first.replace("per_anchor: 1", "per_anchor: 2"))
