@@ -291,9 +291,9 @@ def estimate(recipe: Recipe, found: Measures, sentences: int, workers: int) -> l
 
 
 def pair_estimate(recipe: Recipe, found: Measures, scale: float) -> StageEstimate:
-    """Pairing's SQL at an assumed rate; mined negatives embed every pair, so the sample's whole
-    time scales with the corpus. Memory: the sample's peak plus what grows with the pairs (the
-    pairs in Arrow; mining's embeddings and search, by its stated bound)."""
+    """Pairing's SQL at an assumed rate; with mined negatives the sample's whole time scales with
+    the corpus (embedding what the store lacks, and the search). Memory: the sample's peak plus
+    what grows with the pairs (the pairs in Arrow; mining's embeddings and search, its bound)."""
     pairs = round(found.pairs * scale)
     grown = (pairs - found.pairs) * found.pair_bytes
     negatives = recipe.pair.negatives

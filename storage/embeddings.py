@@ -68,32 +68,37 @@ class EmbeddingStore:
             for start in range(0, len(texts), self._chunk):
                 self._write(keys.slice(start, self._chunk), matrix[start : start + self._chunk])
             return matrix
-        rows = _Matrix(len(texts))
+        rows = _Matrix(len(texts), self.encoder)
         held = self._read(keys, rows) if len(texts) else np.zeros(0, dtype=bool)
         missing = np.flatnonzero(~held)
         self.hits, self.misses = self.hits + len(texts) - len(missing), self.misses + len(missing)
         for start in range(0, len(missing), self._chunk):  # the batches depend on what is missing only
             positions = missing[start : start + self._chunk]
             vectors = self._embedded([texts[i] for i in positions])
-            self._write(keys.take(positions), vectors)
+            self._write(keys.take(positions), vectors, checked=True)
             rows.put(positions, vectors)
         return rows.matrix()
 
     def _read(self, keys: pa.StringArray, rows: _Matrix) -> np.ndarray:
         """Fill the rows the lake holds, streamed (one scan of the table, however many texts);
-        which rows it held."""
-        held = np.zeros(len(keys), dtype=bool)
+        which rows it held. A text stored twice (two runs mining at once) reads as its first write."""
+        written = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)  # microseconds since the epoch
         wanted = pa.table({"text_hash": keys, "position": np.arange(len(keys), dtype=np.int64)})
         with self.lake.with_keys("_embedding_keys", wanted):
             query = (
-                "SELECT w.position, e.vector FROM embeddings e JOIN _embedding_keys w USING (text_hash) "
-                "WHERE e.encoder = ?"
+                "SELECT w.position, coalesce(epoch_us(e.created_at), 0) AS written, e.vector FROM embeddings e "
+                "JOIN _embedding_keys w USING (text_hash) WHERE e.encoder = ?"
             )
             for batch in self.lake.batches(query, [self.encoder]):
-                positions = batch.column("position").to_numpy()
-                rows.put(positions, self._vectors(batch.column("vector")))
-                held[positions] = True
-        return held
+                if not batch.num_rows:
+                    continue
+                positions, when = batch.column("position").to_numpy(), batch.column("written").to_numpy()
+                order = np.lexsort((when, positions))  # per text, its first write in this batch
+                first = order[np.unique(positions[order], return_index=True)[1]]
+                first = first[when[first] < written[positions[first]]]  # and earlier than any batch before
+                rows.put(positions[first], self._vectors(batch.column("vector"))[first])
+                written[positions[first]] = when[first]
+        return written != np.iinfo(np.int64).max
 
     def _vectors(self, lists: pa.ListArray) -> np.ndarray:
         """Stored lists as one float32 matrix, refused if any is not a finite vector of one width."""
@@ -114,7 +119,9 @@ class EmbeddingStore:
             raise ValueError(f"the encoder returned shape {matrix.shape} for {len(texts)} texts: one row per text")
         return matrix
 
-    def _write(self, keys: pa.StringArray, vectors: np.ndarray) -> None:
+    def _write(self, keys: pa.StringArray, vectors: np.ndarray, checked: bool = False) -> None:
+        """Append one commit; `checked`: the keys were just read as missing, so the commit skips
+        the duplicate check (an anti-join over every key stored under the encoder)."""
         width = vectors.shape[1]
         flat = pa.array(np.ascontiguousarray(vectors).reshape(-1), pa.float32())
         offsets = pa.array(np.arange(0, (len(keys) + 1) * width, width, dtype=np.int32))
@@ -128,32 +135,36 @@ class EmbeddingStore:
             schema=EMBEDDINGS,
         )
         with self.lake.transaction():
-            self.lake.append("embeddings", rows, unique_on=("encoder", "text_hash"))
+            self.lake.append("embeddings", rows, unique_on=() if checked else ("encoder", "text_hash"))
 
 
 def stored_encoders(lake: Lake) -> pa.Table:
-    """Per encoder key: texts stored, their width, the vectors' bytes, and when they were written."""
+    """Per encoder key: texts stored, their width and the vectors' bytes (from one vector: the
+    column of every vector is not read), and when they were written."""
     try:
         return lake.arrow(
-            "SELECT encoder, count(*) AS texts, max(len(vector)) AS dims, sum(len(vector)) * 4 AS vector_bytes, "
-            "min(created_at) AS first_written, max(created_at) AS last_written FROM embeddings "
-            "GROUP BY encoder ORDER BY encoder"
+            "WITH keys AS (SELECT encoder, count(*) AS texts, min(created_at) AS first_written, "
+            "max(created_at) AS last_written FROM embeddings GROUP BY encoder) "
+            "SELECT encoder, texts, dims, texts * dims * 4 AS vector_bytes, first_written, last_written FROM keys, "
+            "LATERAL (SELECT len(vector) AS dims FROM embeddings e WHERE e.encoder = keys.encoder LIMIT 1) "
+            "ORDER BY encoder"
         )
     except duckdb.CatalogException:  # a lake no writer has opened since the table came
         return pa.table({"encoder": pa.array([], pa.string()), "texts": pa.array([], pa.int64())})
 
 
 def drop_encoder(lake: Lake, encoder: str) -> int:
-    """Delete every embedding stored under `encoder`, in one commit; how many. Their files go at
-    the next `viewmill lake compact` past its time-travel window."""
-    known = stored_encoders(lake)["encoder"].to_pylist()
-    if encoder not in known:
-        raise LakeError(
-            f"the lake stores no embeddings under encoder {encoder!r}: "
-            f"stored ones are {', '.join(known) or 'none'} (viewmill lake embeddings)"
-        )
+    """Delete every embedding stored under `encoder`, in one commit; how many. The table is
+    partitioned by encoder, so its files go whole at the next `viewmill lake compact` past its
+    time-travel window."""
     with lake.transaction():
         count = lake.scalar("SELECT count(*) FROM embeddings WHERE encoder = ?", [encoder])
+        if not count:
+            known = lake.arrow("SELECT DISTINCT encoder FROM embeddings ORDER BY encoder")["encoder"].to_pylist()
+            raise LakeError(
+                f"the lake stores no embeddings under encoder {encoder!r}: "
+                f"stored ones are {', '.join(known) or 'none'} (viewmill lake embeddings)"
+            )
         lake.con.execute("DELETE FROM embeddings WHERE encoder = ?", [encoder])
     return int(count)
 
@@ -161,8 +172,8 @@ def drop_encoder(lake: Lake, encoder: str) -> int:
 class _Matrix:
     """Rows filled in any order; the width is the first vectors'."""
 
-    def __init__(self, n: int) -> None:
-        self._n = n
+    def __init__(self, n: int, encoder: str) -> None:
+        self._n, self._encoder = n, encoder
         self._rows: np.ndarray | None = None
 
     def put(self, positions: np.ndarray, vectors: np.ndarray) -> None:
@@ -170,8 +181,8 @@ class _Matrix:
             self._rows = np.empty((self._n, vectors.shape[1]), dtype=np.float32)
         elif vectors.shape[1] != self._rows.shape[1]:
             raise LakeError(
-                f"stored embeddings are {self._rows.shape[1]} wide and the encoder's {vectors.shape[1]}: one "
-                "encoder key holds two widths; drop its rows (`viewmill lake embeddings --drop KEY`) and rerun"
+                f"embeddings stored under encoder {self._encoder} are {self._rows.shape[1]} wide and the encoder "
+                f"gives {vectors.shape[1]}: drop them (`viewmill lake embeddings --drop {self._encoder}`) and rerun"
             )
         self._rows[positions] = vectors
 

@@ -284,7 +284,10 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 # Hive-style partition columns: queries per augmenter read only their files.
-PARTITIONS: dict[str, tuple[str, ...]] = {"views": ("augmenter",), "translations": ("tgt_lang",)}
+# embeddings by encoder: a store reads its own encoder's files, and a dropped encoder's files go whole.
+PARTITIONS: dict[str, tuple[str, ...]] = {
+    "views": ("augmenter",), "translations": ("tgt_lang",), "embeddings": ("encoder",)
+}  # fmt: skip
 # Tables written sorted, in small row groups: a shard reads its sentences' id range through the
 # row groups' min/max instead of every row (each of a million sentences' 200 shards read them all).
 SORTED: dict[str, tuple[str, int]] = {"sentences": ("sentence_id", 8192)}  # (sort column, rows per row group)

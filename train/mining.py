@@ -151,7 +151,7 @@ class MinedNegatives(NegativesSpec):
         key = {"encoder": self.encoder, "fingerprint": self._weights(), **controls, "range_max": self.window_end()}
         if self.store:  # stored vectors, normalised after: their last bits differ from one encode's
             key["embeddings"] = "lake"
-        # bf16 scores may order near-tied candidates otherwise; fp32 keys stay what they were.
+        # bf16 scores may order near-tied candidates otherwise.
         return key if self.precision() == "fp32" else {**key, "precision": self.precision()}
 
     def precision(self) -> str:

@@ -53,6 +53,12 @@ def runs(state_dir: StateDir = None, catalog: CatalogOption = None) -> None:
     print_table(table.set_column(table.column_names.index("status"), "status", status), console)
 
 
+NO_EMBEDDINGS = (
+    "the lake stores no embeddings: mined negatives keep them (pair.negatives: {source: mined}, "
+    "store: true by default), and so does a meaning filter of the miner's encoder"
+)
+
+
 @lake_app.command("embeddings")
 def embeddings(
     drop: Annotated[
@@ -67,10 +73,13 @@ def embeddings(
     from viewmill.storage.lake import LakeError, open_lake
 
     with open_lake_read_only(state_dir, catalog) as lake:  # refuses a folder without a lake, never makes one
-        stored = stored_encoders(lake)
-    if drop is None:
-        print_table(stored, console)
-        return
+        if drop is None:
+            stored = stored_encoders(lake)
+            if stored.num_rows:
+                print_table(stored, console)
+            else:
+                err_console.print(NO_EMBEDDINGS, highlight=False)
+            return
     try:
         with open_lake(load_settings(catalog), StatePaths.resolve(state_dir).lake) as lake:
             dropped = drop_encoder(lake, drop)

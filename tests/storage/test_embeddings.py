@@ -145,3 +145,25 @@ def test_stored_embeddings_are_hashed_and_verified_with_the_lake(lake):
     EmbeddingStore(lake, "enc+fp32", Encoder())([f"text {i}" for i in range(50)])
     report = verify_lake(lake)
     assert report.ok, report
+
+
+def test_a_text_stored_twice_reads_as_its_first_write(lake):
+    EmbeddingStore(lake, "enc+fp32", lambda texts: np.ones((len(texts), WIDTH)))(["x"])
+    racing = EmbeddingStore(lake, "enc+fp32", Encoder())  # a second miner that found "x" missing too
+    racing._write(pa.array([embedding_key("x")]), np.full((1, WIDTH), 2.0, np.float32), checked=True)
+    assert lake.scalar("SELECT count(*) FROM embeddings") == 2
+    for _ in range(3):
+        np.testing.assert_array_equal(EmbeddingStore(lake, "enc+fp32", _refuse_to_embed)(["x"]), np.ones((1, WIDTH)))
+
+
+def test_a_dropped_encoder_s_files_go_at_compaction_and_the_others_stay(lake):
+    from viewmill.storage.maintenance import compact_lake
+
+    EmbeddingStore(lake, "a+fp32", Encoder())(["x", "y"])
+    EmbeddingStore(lake, "b+fp32", Encoder())(["x"])
+    folder = lake.root / "data" / "main" / "embeddings"
+    assert {p.parent.name for p in folder.rglob("*.parquet")} == {"encoder=a%2Bfp32", "encoder=b%2Bfp32"}  # URL-encoded
+    drop_encoder(lake, "a+fp32")
+    compact_lake(lake, keep_days=0)
+    assert {p.parent.name for p in folder.rglob("*.parquet")} == {"encoder=b%2Bfp32"}
+    assert verify_lake(lake).ok

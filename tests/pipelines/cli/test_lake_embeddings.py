@@ -26,6 +26,8 @@ def test_the_store_is_listed_and_an_encoder_dropped(tmp_path):
     assert dropped.exit_code == 0 and "dropped 2 embeddings" in dropped.output
     with Lake(state / "lake", read_only=True) as lake:
         assert lake.scalar("SELECT count(*) FROM embeddings") == 0
+    empty = CliRunner().invoke(app, ["lake", "embeddings", *on_state])
+    assert empty.exit_code == 0 and "the lake stores no embeddings" in empty.output
 
 
 def test_a_folder_without_a_lake_is_refused_and_left_alone(tmp_path):
