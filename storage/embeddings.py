@@ -1,8 +1,8 @@
 """Texts' embeddings kept in the lake (table `embeddings`), keyed by encoder and text.
 
 The meaning filter embeds every source and view of a recipe, and mining embeds the same texts
-again a stage later with the same encoder (at 10k sentences of the full profile, 36 s of a
-126 s run). Both go through an `EmbeddingStore`: the filter stores what it embeds, and mining
+again a stage later with the same encoder (at 10k sentences of the full profile, 34 s of a
+131 s run). Both go through an `EmbeddingStore`: the filter stores what it embeds, and mining
 reads what the lake holds under its encoder, embedding (and storing) only the rest, so a rerun
 with other mining controls embeds only new texts.
 
