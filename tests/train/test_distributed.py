@@ -14,6 +14,7 @@ from viewmill.train.optimisation import train_step
 
 from tests.conftest import REPO, SENTENCES
 from tests.train.test_bsl import TinyEncoder, _batch
+from tests.train.two_ranks import leave_group
 
 
 def _contrastive(kind):
@@ -39,10 +40,7 @@ def _rank_gradients(rank, world, init_file, kind, out, pieces=1):
     loss = train_step(ddp, optimizer, local, share, train_encoder=True, accumulation=pieces, cached_gradients=True)
     if rank == 0:
         torch.save({"loss": loss, "grads": [p.grad for p in model.parameters()]}, out)
-    # Both ranks leave together: one that tears gloo down while the other still works aborted
-    # once under load (SIGABRT, "terminate called without an active exception").
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_group()
 
 
 @pytest.mark.parametrize(("kind", "pieces"), [("ntxent", 1), ("infonce", 1), ("ntxent", 2)])

@@ -17,6 +17,7 @@ from viewmill.train.optimisation import train_step
 from tests.conftest import SENTENCES
 from tests.train.test_bsl import TinyEncoder
 from tests.train.test_negatives import _cos, _table, _term, _vectors
+from tests.train.two_ranks import leave_group
 
 N, K = 3, 2
 HOLDERS = (0, 2)  # pair 1 carries no negatives
@@ -144,10 +145,7 @@ def _two_rank_gradients(rank, world, init_file, out):
     loss = train_step(ddp, optimizer, batch, share, train_encoder=True, layout=local, cached_gradients=True)
     if rank == 0:
         torch.save({"loss": loss, "grads": [p.grad for p in model.parameters()]}, out)
-    # Both ranks leave together: one that tears gloo down while the other still works aborted
-    # once under load (SIGABRT, "terminate called without an active exception").
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_group()
 
 
 _WHOLE = BatchLayout(8, K, holders=(1, 2))  # rank 1's pairs (4..7) carry none

@@ -16,6 +16,7 @@ from viewmill.train.optimisation import train_step
 
 from tests.conftest import SENTENCES
 from tests.train.test_bsl import TinyEncoder
+from tests.train.two_ranks import leave_group
 
 
 def _cos(u, v):
@@ -129,14 +130,12 @@ def _rank_gradients(rank, world, init_file, kind, out, pieces):
     rows, local = BatchLayout(n, k).take(list(range(rank * share, (rank + 1) * share)))  # this rank's pairs
     batch = {key: value[rows] for key, value in _triplet_batch(n, k, length=6).items()}
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    loss = train_step(ddp, optimizer, batch, share, train_encoder=True, accumulation=pieces, layout=local,
-                      cached_gradients=True)
+    loss = train_step(
+        ddp, optimizer, batch, share, train_encoder=True, accumulation=pieces, layout=local, cached_gradients=True
+    )
     if rank == 0:
         torch.save({"loss": loss, "grads": [p.grad for p in model.parameters()]}, out)
-    # Both ranks leave together: one that tears gloo down while the other still works aborted
-    # once under load (SIGABRT, "terminate called without an active exception").
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_group()
 
 
 @pytest.mark.parametrize(("kind", "pieces"), [("infonce", 1), ("ntxent", 2)])
@@ -148,8 +147,15 @@ def test_two_ranks_gather_negatives_like_b_and_give_the_single_process_gradient(
     distributed = torch.load(out, weights_only=False)
     model = _negatives_model(kind)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    loss = train_step(model, optimizer, _triplet_batch(8, 2, length=6), 8, train_encoder=True, layout=BatchLayout(8, 2),
-                      cached_gradients=True)
+    loss = train_step(
+        model,
+        optimizer,
+        _triplet_batch(8, 2, length=6),
+        8,
+        train_encoder=True,
+        layout=BatchLayout(8, 2),
+        cached_gradients=True,
+    )
     assert distributed["loss"] == pytest.approx(loss, rel=1e-5), "every rank computes the global batch's loss"
     for got, want in zip(distributed["grads"], [p.grad for p in model.parameters()], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
