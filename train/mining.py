@@ -12,6 +12,7 @@ from a faiss HNSW index (approximate) for large corpora.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from functools import cached_property
@@ -209,11 +210,8 @@ class MinedNegatives(NegativesSpec):
         the encoder embeds and normalises every text as it always did."""
         import torch
 
-        models: list = []  # loaded at the first text to embed, and dropped with this call
-
-        def model():
-            models[:] = models or [load_sentence_model(resolve_encoder(self.encoder), device=self.device)]
-            return models[0]
+        # Loaded at the first text to embed (none where the store holds them all), dropped with this call.
+        model = functools.cache(lambda: load_sentence_model(resolve_encoder(self.encoder), device=self.device))
 
         if not self.store:
             return encode_in(model(), texts, self.precision(), self.device, batch_size=self.batch_size,
