@@ -18,7 +18,7 @@ import pyarrow as pa
 import regex
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 from viewmill.augment.augmenters import augmenter_class
-from viewmill.storage.embeddings import EmbeddingStore
+from viewmill.storage.embeddings import PendingEmbeddings
 from viewmill.storage.lake import Lake
 
 from viewmill.specs import Spec
@@ -172,21 +172,31 @@ class MeaningJudge:
     def identity(self) -> list[Any]:
         return [self.encoder_identity, list(self.earlier)]
 
-    def apply(self, lake: Lake, spec: MeaningSpec, rows: list[dict], sources: list[str]) -> None:
+    def apply(
+        self,
+        lake: Lake,
+        spec: MeaningSpec,
+        rows: list[dict],
+        sources: list[str],
+        pending: PendingEmbeddings | None = None,
+    ) -> None:
         """Record each `views` row's cosine to its source and reject, in place, the rows this
-        filter fails."""
+        filter fails. `pending`: where the texts embedded for the first time go, for the lake's
+        embedding store (the recipe mines with this encoder); the verdicts are the same either way."""
         references = self._references(lake, [row["sentence_id"] for row in rows])
         candidates = [
             Candidate(source, row["text"], row["method"], row["status"] == "rejected", references[row["sentence_id"]])
             for row, source in zip(rows, sources, strict=True)
         ]
-        # Stored for the recipe's miner; never read here: a first run's views are new (and the
-        # embedding is `self.embed`'s, one call as before, so verdicts do not change).
-        embed = EmbeddingStore(lake, self.embedding_key, self.embed, read=False) if self.store else self.embed
+        embed = self.embed if pending is None else _recording(self.embed, pending)
         for row, verdict in zip(rows, judge(candidates, spec, embed), strict=True):
             row["quality"]["cosine_to_source"] = verdict.cosine
             if verdict.reason is not None:
                 row["status"], row["reject_reason"] = "rejected", verdict.reason
+
+    def pending(self) -> PendingEmbeddings | None:
+        """A shard's buffer for the embedding store, where this judge stores (`store`)."""
+        return PendingEmbeddings(self.embedding_key) if self.store else None
 
     def _references(self, lake: Lake, sentence_ids: list[str]) -> dict[str, tuple[Reference, ...]]:
         """Per sentence, the earlier configurations' kept views in the recipe's order. Every
@@ -213,3 +223,21 @@ class MeaningJudge:
                     (self.earlier.index(row["config_hash"]), Reference(row["view_id"], row["text"]))
                 )
         return {sid: tuple(ref for _, ref in sorted(refs, key=lambda pair: pair[0])) for sid, refs in found.items()}
+
+
+def _recording(embed: Embed, pending: PendingEmbeddings) -> Embed:
+    """`embed`, adding to `pending` the texts it embedded for the first time: all of them, unless
+    it says which (`with_fresh`: the process's `EmbeddingCache` returns the rows it held too)."""
+    with_fresh = getattr(embed, "with_fresh", None)
+
+    def recorded(texts: list[str]) -> np.ndarray:
+        if with_fresh is None:
+            matrix = np.asarray(embed(texts))
+            fresh = np.ones(len(texts), dtype=bool)
+        else:
+            matrix, fresh = with_fresh(texts)
+        if matrix.ndim == 2 and len(matrix) == len(texts):  # else the judge names the bad shape
+            pending.add([text for text, new in zip(texts, fresh, strict=True) if new], matrix[fresh])
+        return matrix
+
+    return recorded

@@ -13,6 +13,7 @@ from viewmill.augment.cache import CacheStats
 from viewmill.augment.commit_sizes import MIN_SENTENCES, CommitSizes, fixed_sentences
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec, quality_signals_batch, reject_reason
+from viewmill.storage.embeddings import PENDING_TEXTS
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import PROVENANCE, QUALITY, VIEWS
@@ -164,17 +165,24 @@ def make_shard_views(
             on_progress(0, len(todo))
         reached_key = (config, str(lake.root), lake.data_path)
         done, sizes = 0, _commit_sizes(spec, filters, chunk_size, lake, _reached.get(reached_key, MIN_SENTENCES))
+        # The filter's new embeddings for the lake's store, written a few times a shard: each write's
+        # duplicate check reads every key stored under the encoder (a kill loses only a cache's rows).
+        pending = judge.pending() if judge is not None else None
         for chunk in sizes.chunks(todo):
             views = _chunk_views(chunk, producer, ctx, spec, filters, config, run_id)
             if judge is not None and filters.meaning is not None:
                 rows = views.to_pylist()
-                judge.apply(lake, filters.meaning, rows, [source for _, source, _ in chunk])
+                judge.apply(lake, filters.meaning, rows, [source for _, source, _ in chunk], pending)
                 views = pa.Table.from_pylist(rows, schema=VIEWS)
             with lake.transaction():
                 report.new_views += lake.append("views", views, unique_on=("view_id",))
+            if pending is not None and len(pending) >= PENDING_TEXTS:
+                pending.write(lake)
             done += len(chunk)
             if on_progress is not None:
                 on_progress(done, len(todo))
+        if pending is not None:
+            pending.write(lake)
         _reached[reached_key] = sizes.size
     finally:
         if owned:

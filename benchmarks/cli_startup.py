@@ -66,7 +66,7 @@ def _open_lake_code(state: Path) -> str:
     return f"import duckdb; con = duckdb.connect(); {loads}; con.execute({attach!r}); con.sql('SELECT 1').fetchall()"
 
 
-def _old_cli(ref: str, folder: Path) -> list[str]:
+def old_cli(ref: str, folder: Path) -> list[str]:
     """A command line running commit `ref`'s viewmill (its tree unpacked into `folder`)."""
     archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
@@ -119,7 +119,7 @@ def main() -> None:
         old = None
         if args.before:
             (Path(name) / "before").mkdir()
-            old = _old_cli(args.before, Path(name) / "before")
+            old = old_cli(args.before, Path(name) / "before")
         runs = commands(state, old)
         for argv in runs.values():  # warm-up: the OS's file cache, Python's bytecode cache
             _timed(argv)

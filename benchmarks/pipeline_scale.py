@@ -18,7 +18,11 @@ and es>en over the run's sentences, as the pipeline's chunks) and the meaning en
 overhead on top of them is printed. Growth is the median seconds over the previous size's.
 
     .venv/bin/python benchmarks/pipeline_scale.py [--sizes 10000 100000 1000000]
-        [--profile full|cheap] [--format book|text] [--steps 20] [--repeats 3] [--json OUT]
+        [--profile full|cheap] [--format book|text] [--steps 20] [--repeats 3] [--json OUT] [--before REF]
+
+With --before REF (e.g. HEAD), each repeat also runs the same commands with that commit's
+viewmill (its tree unpacked, as `cli_startup.py --before` runs it) in a fresh state folder right
+after this one's, and prints the paired ratios before/now of augment and the whole run.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil
+from cli_startup import old_cli
 from ingest import write_corpus  # benchmarks/ingest.py's generated English
 from scale_recipes import PROFILES, install_plugin, recipe
 
@@ -125,8 +130,10 @@ def stage_peaks(record: dict, samples: list[tuple[float, int]]) -> dict[str, int
     return peaks
 
 
-def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str, str]) -> dict:
-    """Plan, run, report, verify and export in a fresh state folder; every figure of one repeat."""
+def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str, str],
+            viewmill: list[str] = VIEWMILL, alone: bool = True) -> dict:  # fmt: skip
+    """Plan, run, report, verify and export in a fresh state folder with the `viewmill` command;
+    every figure of one repeat. `alone`: time the engines alone too (full profile)."""
     models = {"mt": str(args.mt_model), "encoder": str(args.encoder), "device": args.device} if args.mt_model else None
     state, spec = workdir / "state", recipe(args.profile, corpus, args.format, args.steps, models=models)
     if args.no_embedding_store and spec["pair"].get("negatives", {}).get("source") == "mined":
@@ -135,9 +142,9 @@ def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str
     recipe_path = workdir / "recipe.yaml"
     recipe_path.write_text(json.dumps(spec), encoding="utf-8")  # JSON is YAML
     on_state = ["--state-dir", str(state)]
-    plan_run = timed_process([*VIEWMILL, "plan", str(recipe_path), "--format", "json", *on_state], env)
+    plan_run = timed_process([*viewmill, "plan", str(recipe_path), "--format", "json", *on_state], env)
     plan = json.loads(plan_run["stdout"])
-    run = timed_process([*VIEWMILL, "run", str(recipe_path), "--no-prefect", *on_state], env)
+    run = timed_process([*viewmill, "run", str(recipe_path), "--no-prefect", *on_state], env)
     record = run_record(state)
     rows, peaks = stage_rows(record, spec), stage_peaks(record, run["samples"])
     stages = {s: {"seconds": record["timings"][s], "rows": rows.get(s), "peak_rss": peaks[s]}
@@ -159,10 +166,10 @@ def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str
         print("views report: skipped (polars is not installed)", flush=True)
         del commands["views report"]
     for name, (command, handled) in commands.items():
-        done = timed_process([*VIEWMILL, *command, *on_state], env)
+        done = timed_process([*viewmill, *command, *on_state], env)
         stages[name] = {"seconds": done["seconds"], "rows": handled, "peak_rss": done["peak_rss"]}
     stages["plan (process)"] = {"seconds": plan_run["seconds"], "rows": None, "peak_rss": plan_run["peak_rss"]}
-    if args.profile == "full":
+    if args.profile == "full" and alone:
         alone = timed_process([sys.executable, __file__, "--alone", str(state)], env)
         stages.update(json.loads(alone["stdout"].strip().splitlines()[-1]))
     return {"stages": stages, "plan": plan, "counts": record["counts"], "timings": record["timings"]}
@@ -274,6 +281,17 @@ def print_overhead(stages: dict[str, dict]) -> None:
           f"{(augment - engine) / max(engine, 1e-9):.0%} with the encoder's)")  # fmt: skip
 
 
+def print_before(n: int, ref: str, runs: list[dict], old_runs: list[dict]) -> None:
+    """Per stage, the seconds of `ref`'s runs and this code's, and the paired ratios before/now."""
+    print(f"\n{n:,} sentences, {ref} against this code, repeats paired in the order they ran")
+    print("| stage | before s (min / median / max) | now s | before/now (min / median / max) |\n|---|---|---|---|")
+    for stage in ("augment", "pair", "train", "run (process)"):
+        then = [run["stages"][stage]["seconds"] for run in old_runs]
+        now = [run["stages"][stage]["seconds"] for run in runs]
+        ratios = [b / max(a, 1e-9) for a, b in zip(now, then, strict=True)]
+        print(f"| {stage} | {spread(then)} | {spread(now)} | {spread(ratios)} |", flush=True)
+
+
 def child_env(site: Path) -> dict[str, str]:
     """This environment without VIEWMILL_* settings (the state folder is the benchmark's), with
     the plugin engine on PYTHONPATH."""
@@ -284,11 +302,21 @@ def child_env(site: Path) -> dict[str, str]:
 
 def bench(args: argparse.Namespace, tmp: Path) -> list[dict]:
     env, results, before, last_n = child_env(install_plugin(tmp / "site")), [], None, None
+    old = None
+    if args.before:
+        (tmp / "before").mkdir()
+        old = old_cli(args.before, tmp / "before")
     for n in args.sizes:
         corpus = tmp / f"corpus-{n}.txt"
         write_corpus(corpus, args.format, n, args.paragraph)
-        runs = [one_run(tmp / f"{n}-{repeat}", corpus, args, env) for repeat in range(args.repeats)]
+        runs, old_runs = [], []
+        for repeat in range(args.repeats):
+            runs.append(one_run(tmp / f"{n}-{repeat}", corpus, args, env))
+            if old is not None:
+                old_runs.append(one_run(tmp / f"{n}-{repeat}-before", corpus, args, env, viewmill=old, alone=False))
         corpus.unlink()
+        if old_runs:
+            print_before(n, args.before, runs, old_runs)
         stages = gathered(runs)
         plan = planned(runs[0]["plan"], gpu=args.profile == "gpu")
         print_table(n, stages, plan, before, n / last_n if last_n else 1)
@@ -296,7 +324,7 @@ def bench(args: argparse.Namespace, tmp: Path) -> list[dict]:
         wall = stages["run (process)"]
         print(f"whole run: {spread(wall['seconds'])} s wall, peak RSS {wall['peak_rss'] / 2**30:.2f} GiB; "
               f"plan's total {plan['run (process)']:.1f} s", flush=True)  # fmt: skip
-        results.append({"sentences": n, "stages": stages, "runs": runs})
+        results.append({"sentences": n, "stages": stages, "runs": runs, "before_runs": old_runs})
         write_json(args, results)  # after each size: a run stopped by a time limit keeps the sizes it finished
         before, last_n = stages, n
     return results
@@ -315,6 +343,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="gpu: where every model runs")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     parser.add_argument("--no-embedding-store", action="store_true", help="mining embeds its texts itself")
+    parser.add_argument("--before", metavar="REF", help="also run this commit's viewmill, paired (e.g. HEAD)")
     parser.add_argument("--alone", type=Path, help=argparse.SUPPRESS)  # a child: the engines alone on a state
     args = parser.parse_args()
     if args.profile == "gpu" and not (args.mt_model and args.encoder):

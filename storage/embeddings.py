@@ -2,9 +2,10 @@
 
 The meaning filter embeds every source and view of a recipe, and mining embeds the same texts
 again a stage later with the same encoder (at 10k sentences of the full profile, 34 s of a
-131 s run). Both go through an `EmbeddingStore`: the filter stores what it embeds, and mining
-reads what the lake holds under its encoder, embedding (and storing) only the rest, so a rerun
-with other mining controls embeds only new texts.
+131 s run). The filter stores what it embeds (`PendingEmbeddings`: what
+its process embedded for the first time, a few commits a shard), and mining reads what the lake
+holds under its encoder through an `EmbeddingStore`, embedding (and storing) only the rest, so
+a rerun with other mining controls embeds only new texts.
 
 Why the lake and not the process: an embedding differs in its last bits with the batch it was
 computed in, enough to swap near-tied mining candidates. A stored vector is the one every later
@@ -33,6 +34,9 @@ from viewmill.storage.schema import EMBEDDINGS
 
 Embed = Callable[[list[str]], np.ndarray]  # texts -> one row per text
 NEW_TEXTS_PER_COMMIT = 4096  # a kill loses at most this many embeddings; the batches never depend on timing
+# The meaning filter's pending embeddings are written past this many (24 MiB at MiniLM's 384
+# dimensions): each write checks the encoder's stored keys once, so few large writes, not one a chunk.
+PENDING_TEXTS = 16_384
 
 
 def embedding_key(text: str) -> str:
@@ -46,28 +50,18 @@ def encoder_key(weights_fingerprint: str, precision: str) -> str:
 
 class EmbeddingStore:
     """`embed` through the lake: called with distinct texts, returns one float32 row per text,
-    reading the rows the lake holds under `encoder` (with `read`) and embedding, then storing,
-    only the others. `read=False` only stores: the meaning filter's texts are new on a first
-    run, and a lookup scans the table's keys, so the filter never pays it."""
+    reading the rows the lake holds under `encoder` and embedding, then storing, only the others."""
 
-    def __init__(
-        self, lake: Lake, encoder: str, embed: Embed, *, read: bool = True, chunk: int = NEW_TEXTS_PER_COMMIT
-    ) -> None:
+    def __init__(self, lake: Lake, encoder: str, embed: Embed, *, chunk: int = NEW_TEXTS_PER_COMMIT) -> None:
         if chunk < 1:
             raise ValueError(f"chunk is {chunk}: embed at least one new text per commit")
-        self.lake, self.encoder, self._embed, self._read_first, self._chunk = lake, encoder, embed, read, chunk
+        self.lake, self.encoder, self._embed, self._chunk = lake, encoder, embed, chunk
         self.hits = self.misses = 0
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         keys = pa.array((embedding_key(text) for text in texts), pa.string(), size=len(texts))
         if pc.count_distinct(keys).as_py() != len(keys):
             raise ValueError("the embedding store embeds distinct texts: give each text once")
-        if not self._read_first:  # embedded as `embed` alone would (one call), stored a chunk a commit
-            self.misses += len(texts)
-            matrix = self._embedded(list(texts))
-            for start in range(0, len(texts), self._chunk):
-                self._write(keys.slice(start, self._chunk), matrix[start : start + self._chunk])
-            return matrix
         rows = _Matrix(len(texts), self.encoder)
         held = self._read(keys, rows) if len(texts) else np.zeros(0, dtype=bool)
         missing = np.flatnonzero(~held)
@@ -75,7 +69,8 @@ class EmbeddingStore:
         for start in range(0, len(missing), self._chunk):  # the batches depend on what is missing only
             positions = missing[start : start + self._chunk]
             vectors = self._embedded([texts[i] for i in positions])
-            self._write(keys.take(positions), vectors, checked=True)
+            with self.lake.transaction():  # the keys were just read as missing: no duplicate check
+                self.lake.append("embeddings", embedding_rows(self.encoder, keys.take(positions), vectors))
             rows.put(positions, vectors)
         return rows.matrix()
 
@@ -119,23 +114,51 @@ class EmbeddingStore:
             raise ValueError(f"the encoder returned shape {matrix.shape} for {len(texts)} texts: one row per text")
         return matrix
 
-    def _write(self, keys: pa.StringArray, vectors: np.ndarray, checked: bool = False) -> None:
-        """Append one commit; `checked`: the keys were just read as missing, so the commit skips
-        the duplicate check (an anti-join over every key stored under the encoder)."""
-        width = vectors.shape[1]
-        flat = pa.array(np.ascontiguousarray(vectors).reshape(-1), pa.float32())
-        offsets = pa.array(np.arange(0, (len(keys) + 1) * width, width, dtype=np.int32))
-        rows = pa.table(
-            {
-                "encoder": pa.array([self.encoder] * len(keys), pa.string()),
-                "text_hash": keys,
-                "vector": pa.ListArray.from_arrays(offsets, flat),
-                "created_at": pa.array([datetime.now(UTC)] * len(keys), EMBEDDINGS.field("created_at").type),
-            },
-            schema=EMBEDDINGS,
-        )
-        with self.lake.transaction():
-            self.lake.append("embeddings", rows, unique_on=() if checked else ("encoder", "text_hash"))
+
+class PendingEmbeddings:
+    """Embeddings computed elsewhere (the meaning filter's), kept until `write` stores them in one
+    commit that skips the keys the lake holds already. A text added twice keeps its first vector."""
+
+    def __init__(self, encoder: str) -> None:
+        self.encoder = encoder
+        self._vectors: dict[str, np.ndarray] = {}  # text hash -> vector
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        if len(texts) != len(vectors):
+            raise ValueError(f"{len(texts)} texts and {len(vectors)} vectors: one vector per text")
+        for text, vector in zip(texts, np.asarray(vectors, dtype=np.float32), strict=True):
+            self._vectors.setdefault(embedding_key(text), vector)
+
+    def write(self, lake: Lake) -> int:
+        """Store what is pending in one commit (the duplicate check reads the encoder's keys once);
+        the rows the lake did not hold. Nothing is pending afterwards."""
+        if not self._vectors:
+            return 0
+        keys = pa.array(list(self._vectors), pa.string())
+        rows = embedding_rows(self.encoder, keys, np.stack(list(self._vectors.values())))
+        with lake.transaction():
+            written = lake.append("embeddings", rows, unique_on=("encoder", "text_hash"))
+        self._vectors.clear()
+        return written
+
+
+def embedding_rows(encoder: str, keys: pa.StringArray, vectors: np.ndarray) -> pa.Table:
+    """`embeddings` rows: one per key, its vector, written now."""
+    width = vectors.shape[1]
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), pa.float32())
+    offsets = pa.array(np.arange(0, (len(keys) + 1) * width, width, dtype=np.int32))
+    return pa.table(
+        {
+            "encoder": pa.array([encoder] * len(keys), pa.string()),
+            "text_hash": keys,
+            "vector": pa.ListArray.from_arrays(offsets, flat),
+            "created_at": pa.array([datetime.now(UTC)] * len(keys), EMBEDDINGS.field("created_at").type),
+        },
+        schema=EMBEDDINGS,
+    )
 
 
 def stored_encoders(lake: Lake) -> pa.Table:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec
-from viewmill.augment.embedding_cache import EmbeddingCache
+from viewmill.augment.embedding_cache import EmbeddingCache, SharedEncoder
 from viewmill.augment.meaning import MeaningJudge, MeaningSpec
 from viewmill.augment.models import load_once
 from viewmill.augment.quality import FilterSpec
@@ -118,9 +118,7 @@ def meaning_judge(spec: MeaningSpec | None, precision: str | None = None, store:
 
         return EmbeddingCache(encode)
 
-    def embed(texts: list[str]) -> np.ndarray:  # every augmenter and shard of the process shares the cache
-        return load_once("sentence-encoder", path, device, f"meaning-{precision}", load)(texts)
-
+    embed = SharedEncoder(lambda: load_once("sentence-encoder", path, device, f"meaning-{precision}", load))
     fingerprint = encoder_fingerprint(path)
     identity = fingerprint if precision == "fp32" else f"{fingerprint}+{precision}"
     return MeaningJudge(identity, embed, precision=precision, embedding_key=encoder_key(fingerprint, precision),

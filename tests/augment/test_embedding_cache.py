@@ -4,9 +4,25 @@ embedded once, the LRU bound, and verdicts byte-identical to judging without it.
 import numpy as np
 import pytest
 from viewmill.augment.embedding_cache import EmbeddingCache
-from viewmill.augment.meaning import Candidate, MeaningSpec, judge
+from viewmill.augment.data_augmenters import Identity
+from viewmill.augment.meaning import Candidate, MeaningJudge, MeaningSpec, judge
+from viewmill.storage.embeddings import EmbeddingStore, embedding_key
 
-from tests.augment.test_meaning import A_VIEWS, B_VIEWS, S1, S2, S3, S4, VECTORS, FakeEncoder, _lake, _run_three, _spec
+from tests.augment.test_meaning import (
+    A_VIEWS,
+    B_VIEWS,
+    S1,
+    S2,
+    S3,
+    S4,
+    VECTORS,
+    FakeEncoder,
+    Table,
+    _lake,
+    _run_three,
+    _spec,
+)
+from tests.views import make_views
 
 
 def test_rows_are_the_encoders_and_each_distinct_text_is_embedded_once():
@@ -18,6 +34,16 @@ def test_rows_are_the_encoders_and_each_distinct_text_is_embedded_once():
     assert again.tolist() == np.array([VECTORS[t] for t in (A_VIEWS[S1], S2, S1)], np.float32).tolist()
     assert encoder.calls[:1] + encoder.calls[2:] == [[S1, A_VIEWS[S1]], [S2]]  # calls[1]: the comparison above
     assert len(cache([])) == 0
+
+
+def test_it_says_which_rows_it_embedded_in_this_call():
+    cache = EmbeddingCache(FakeEncoder())
+    _, fresh = cache.with_fresh([S1, A_VIEWS[S1], S1])
+    assert fresh.tolist() == [True, True, False]  # S1 once: its first row
+    matrix, fresh = cache.with_fresh([S2, S1, S2])
+    assert fresh.tolist() == [True, False, False]
+    assert matrix.tolist() == np.array([VECTORS[t] for t in (S2, S1, S2)], np.float32).tolist()
+    assert cache.with_fresh([])[1].shape == (0,)
 
 
 def test_the_least_recently_used_rows_go_past_the_bound():
@@ -53,3 +79,27 @@ def test_verdicts_and_cosines_are_byte_identical_with_the_cache(tmp_path):
     candidates = [Candidate(s, B_VIEWS[s], "table") for s in (S1, S2, S3, S4)]
     cached = EmbeddingCache(FakeEncoder())
     assert judge(candidates, MeaningSpec(), FakeEncoder()) == judge(candidates, MeaningSpec(), cached)
+
+
+def test_a_storing_filter_writes_each_text_it_embedded_once_a_commit_per_shard(tmp_path):
+    """Three augmenters share one cache, two chunks each: the store gets every text the encoder
+    embedded, once (not the sources again for each augmenter), in one commit per augmenter's
+    shard (not one per chunk), with the encoder's vectors."""
+    encoder = FakeEncoder()
+    cache = EmbeddingCache(encoder)
+    with _lake(tmp_path) as lake:
+        earlier: list[str] = []
+        for spec in (Identity(name="same"), Table(name="a", views=A_VIEWS), Table(name="b", views=B_VIEWS)):
+            judge_ = MeaningJudge("fake-1", cache, tuple(earlier), embedding_key="fake+fp32", store=True)
+            report = make_views(lake, "c", spec, _spec(), run_id="r", chunk_size=3, judge=judge_)
+            earlier.append(report.config_hash)
+        embedded = [text for call in encoder.calls for text in call]
+        stored = lake.arrow("SELECT text_hash, created_at FROM embeddings")
+        assert sorted(stored["text_hash"].to_pylist()) == sorted(embedding_key(t) for t in embedded)
+        assert len(set(stored["created_at"].to_pylist())) == 3
+        vectors = EmbeddingStore(lake, "fake+fp32", _refuse_to_embed)(embedded)
+    np.testing.assert_array_equal(vectors, np.array([VECTORS[t] for t in embedded], np.float32))
+
+
+def _refuse_to_embed(texts: list[str]) -> np.ndarray:
+    raise AssertionError(f"embedded {texts}: the store holds them")

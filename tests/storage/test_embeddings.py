@@ -4,7 +4,15 @@ chunks, keeps encoders apart, and refuses vectors it cannot trust."""
 import numpy as np
 import pyarrow as pa
 import pytest
-from viewmill.storage.embeddings import EmbeddingStore, drop_encoder, embedding_key, encoder_key, stored_encoders
+from viewmill.storage.embeddings import (
+    EmbeddingStore,
+    PendingEmbeddings,
+    drop_encoder,
+    embedding_key,
+    embedding_rows,
+    encoder_key,
+    stored_encoders,
+)
 from viewmill.storage.integrity import verify_lake
 from viewmill.storage.lake import Lake, LakeError
 from viewmill.storage.schema import EMBEDDINGS
@@ -47,16 +55,22 @@ def test_a_text_given_twice_is_refused(lake):
         EmbeddingStore(lake, "enc+fp32", Encoder())(["a", "b", "a"])
 
 
-def test_storing_only_embeds_as_one_call_and_commits_in_chunks(lake):
-    encoder = Encoder()
+def test_pending_embeddings_are_stored_in_one_commit_without_duplicates(lake):
     texts = [f"t{i}" for i in range(5)]
-    stored = EmbeddingStore(lake, "enc+fp32", encoder, read=False, chunk=2)(texts)
-    assert encoder.calls == [texts]  # the caller's batch, as without the store
-    assert lake.scalar("SELECT count(*) FROM embeddings") == 5
-    assert lake.scalar("SELECT count(DISTINCT created_at) FROM embeddings") == 3  # a commit a chunk
-    np.testing.assert_array_equal(EmbeddingStore(lake, "enc+fp32", _refuse_to_embed)(texts), stored)
-    EmbeddingStore(lake, "enc+fp32", encoder, read=False)(texts[:2])  # stored again: no second row
-    assert lake.scalar("SELECT count(*) FROM embeddings") == 5
+    vectors = Encoder()(texts)
+    pending = PendingEmbeddings("enc+fp32")
+    pending.add(texts[:3], vectors[:3])
+    pending.add(texts[2:], vectors[2:] + 1)  # t2 again, another vector: its first stays
+    assert len(pending) == 5 and lake.scalar("SELECT count(*) FROM embeddings") == 0  # nothing written yet
+    assert pending.write(lake) == 5 and len(pending) == 0
+    assert lake.scalar("SELECT count(DISTINCT created_at) FROM embeddings") == 1  # one commit
+    expected = np.concatenate([vectors[:3], vectors[3:] + 1])
+    np.testing.assert_allclose(EmbeddingStore(lake, "enc+fp32", _refuse_to_embed)(texts), expected, rtol=1e-6)
+    pending.add(texts[:2] + ["t9"], Encoder()(texts[:2] + ["t9"]))  # stored already, and one new
+    assert pending.write(lake) == 1 and pending.write(lake) == 0
+    assert lake.scalar("SELECT count(*) FROM embeddings") == 6
+    with pytest.raises(ValueError, match="one vector per text"):
+        pending.add(["a", "b"], vectors[:1])
 
 
 def _refuse_to_embed(texts: list[str]) -> np.ndarray:
@@ -149,8 +163,10 @@ def test_stored_embeddings_are_hashed_and_verified_with_the_lake(lake):
 
 def test_a_text_stored_twice_reads_as_its_first_write(lake):
     EmbeddingStore(lake, "enc+fp32", lambda texts: np.ones((len(texts), WIDTH)))(["x"])
-    racing = EmbeddingStore(lake, "enc+fp32", Encoder())  # a second miner that found "x" missing too
-    racing._write(pa.array([embedding_key("x")]), np.full((1, WIDTH), 2.0, np.float32), checked=True)
+    # A second miner that found "x" missing too, committing without a duplicate check.
+    racing = embedding_rows("enc+fp32", pa.array([embedding_key("x")]), np.full((1, WIDTH), 2.0, np.float32))
+    with lake.transaction():
+        lake.append("embeddings", racing)
     assert lake.scalar("SELECT count(*) FROM embeddings") == 2
     for _ in range(3):
         np.testing.assert_array_equal(EmbeddingStore(lake, "enc+fp32", _refuse_to_embed)(["x"]), np.ones((1, WIDTH)))
