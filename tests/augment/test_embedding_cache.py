@@ -3,8 +3,8 @@ embedded once, the LRU bound, and verdicts byte-identical to judging without it.
 
 import numpy as np
 import pytest
-from viewmill.augment.embedding_cache import EmbeddingCache
 from viewmill.augment.data_augmenters import Identity
+from viewmill.augment.embedding_cache import EmbeddingCache
 from viewmill.augment.meaning import Candidate, MeaningJudge, MeaningSpec, judge
 from viewmill.storage.embeddings import EmbeddingStore, embedding_key
 
@@ -103,3 +103,35 @@ def test_a_storing_filter_writes_each_text_it_embedded_once_a_commit_per_shard(t
 
 def _refuse_to_embed(texts: list[str]) -> np.ndarray:
     raise AssertionError(f"embedded {texts}: the store holds them")
+
+
+class FailingOnB(FakeEncoder):
+    """Fails the second time it is asked for augmenter b's views: a kill mid-shard."""
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        if any(t in B_VIEWS.values() for t in texts) and sum(any(t in B_VIEWS.values() for t in c) for c in self.calls):
+            raise RuntimeError("killed")
+        return super().__call__(texts)
+
+
+def test_a_killed_shard_loses_only_its_pending_embeddings_and_mining_embeds_them(tmp_path):
+    specs = (Identity(name="same"), Table(name="a", views=A_VIEWS), Table(name="b", views=B_VIEWS))
+
+    def run(encoder: FakeEncoder) -> None:
+        cache, earlier = EmbeddingCache(encoder), []
+        for spec in specs:
+            judge_ = MeaningJudge("fake-1", cache, tuple(earlier), embedding_key="fake+fp32", store=True)
+            earlier.append(make_views(lake, "c", spec, _spec(), run_id="r", chunk_size=3, judge=judge_).config_hash)
+
+    with _lake(tmp_path) as lake:
+        with pytest.raises(RuntimeError, match="killed"):
+            run(FailingOnB())
+        committed_b = lake.scalar("SELECT count(*) FROM views WHERE augmenter = 'b'")
+        stored = set(lake.arrow("SELECT text_hash FROM embeddings")["text_hash"].to_pylist())
+        assert committed_b == 3 and not {embedding_key(t) for t in B_VIEWS.values()} & stored  # b's were pending
+        run(FakeEncoder())  # the rerun judges b's last chunk only: its first chunk's views are not embedded again
+        assert lake.scalar("SELECT count(*) FROM views WHERE augmenter = 'b'") == 4
+        miner = FakeEncoder()
+        EmbeddingStore(lake, "fake+fp32", miner)([*B_VIEWS.values(), S1])
+    # Only b's first chunk's three views: its last chunk's were stored at the rerun's end, S1 by "same".
+    assert len(miner.calls) == 1 and len(miner.calls[0]) == 3 and set(miner.calls[0]) <= set(B_VIEWS.values())

@@ -66,7 +66,7 @@ def test_pending_embeddings_are_stored_in_one_commit_without_duplicates(lake):
     assert lake.scalar("SELECT count(DISTINCT created_at) FROM embeddings") == 1  # one commit
     expected = np.concatenate([vectors[:3], vectors[3:] + 1])
     np.testing.assert_allclose(EmbeddingStore(lake, "enc+fp32", _refuse_to_embed)(texts), expected, rtol=1e-6)
-    pending.add(texts[:2] + ["t9"], Encoder()(texts[:2] + ["t9"]))  # stored already, and one new
+    pending.add([*texts[:2], "t9"], Encoder()([*texts[:2], "t9"]))  # stored already, and one new
     assert pending.write(lake) == 1 and pending.write(lake) == 0
     assert lake.scalar("SELECT count(*) FROM embeddings") == 6
     with pytest.raises(ValueError, match="one vector per text"):
