@@ -16,6 +16,10 @@ MIN_SENTENCES = 512  # the adaptive commit's floor: one batch of slow translatio
 # to ~1,000 sentences a batch (32,768 tokens, BENCHMARKS.md), so a chunk holds several batches;
 # 512 kept an H200 at a quarter of that (issue 32.4). Still seconds of work per commit there.
 GPU_FIXED_SENTENCES = 4096
+# The meaning filter's fixed chunk on a CPU: the encoder sorts each call's texts by length, so
+# larger calls pad less (8,192 texts in 2,048-text calls 1.15x faster than in 512s, BENCHMARKS.md),
+# and a third of the commits. A kill loses seconds of filtered Apertium views.
+MEANING_FIXED_SENTENCES = 2048
 MAX_SENTENCES = 65_536  # its ceiling: a chunk's views are held in memory until they commit
 WORK_PER_COMMIT_S = 1.0  # the adaptive commit's aim: about a second of work per commit
 # ... and at most this share of it in the lake: a commit's lake work grows with the lake's files,
@@ -100,7 +104,10 @@ def on_gpu(*devices: str | None) -> bool:
     return any(device is not None and device.split(":")[0] != "cpu" for device in devices)
 
 
-def fixed_sentences(*devices: str | None) -> int:
-    """Sentences a fixed chunk holds where a chunk's make-up can change its views: `MIN_SENTENCES`,
-    or `GPU_FIXED_SENTENCES` where the engine or the meaning filter runs on a GPU."""
-    return GPU_FIXED_SENTENCES if on_gpu(*devices) else MIN_SENTENCES
+def fixed_sentences(*devices: str | None, meaning: bool = False) -> int:
+    """Sentences a fixed chunk holds where a chunk's make-up can change its views:
+    `GPU_FIXED_SENTENCES` where the engine or the meaning filter runs on a GPU, else
+    `MEANING_FIXED_SENTENCES` with the meaning filter (`meaning`), else `MIN_SENTENCES`."""
+    if on_gpu(*devices):
+        return GPU_FIXED_SENTENCES
+    return MEANING_FIXED_SENTENCES if meaning else MIN_SENTENCES

@@ -111,10 +111,11 @@ def config_hash(spec: AugmenterSpec, filters: FilterSpec, producer: Producer, ju
             "builds the judge from filters.meaning.encoder): set both or neither"
         )
     meaning = [judge.identity] if judge is not None else []  # absent: hashes from before the filter stay
-    # A GPU's fixed chunk batches the views otherwise than the 512 they had before it existed.
+    # A fixed chunk other than 512 (a GPU's, the filter's) batches the views otherwise than the
+    # 512 they had before it existed.
     fixed = fixed_commit_size(spec, filters, None)
-    gpu_chunk = [["gpu_chunk", fixed]] if fixed is not None and fixed != MIN_SENTENCES else []
-    return fingerprint(spec.model_dump(), filters.model_dump(), producer.identity, *meaning, *gpu_chunk)
+    chunk = [["chunk", fixed]] if fixed is not None and fixed != MIN_SENTENCES else []
+    return fingerprint(spec.model_dump(), filters.model_dump(), producer.identity, *meaning, *chunk)
 
 
 def views_present(lake: Lake, sentence_ids: list[str], config_hash: str) -> set[str]:
@@ -206,9 +207,10 @@ def fixed_commit_size(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int 
     """The recipe's fixed size; unset, None (sized by time) only where a chunk's make-up cannot
     change a view or its verdict (a neural engine batches and pads per chunk, the meaning filter
     embeds per chunk), so a rerun of the same recipe makes the same views. On a GPU the chunk
-    holds several of its larger batches (`fixed_sentences`)."""
+    holds several of its larger batches, with the filter several of its encoder's calls
+    (`fixed_sentences`)."""
     if chunk_size is None and (filters.meaning is not None or not spec.views_batch_invariant()):
-        return fixed_sentences(*model_devices(spec, filters))
+        return fixed_sentences(*model_devices(spec, filters), meaning=filters.meaning is not None)
     return chunk_size
 
 

@@ -8,6 +8,7 @@ from viewmill.augment.commit_sizes import (
     GPU_FIXED_SENTENCES,
     MAX_LAKE_SHARE,
     MAX_SENTENCES,
+    MEANING_FIXED_SENTENCES,
     MIN_SENTENCES,
     CommitSizes,
     commits_for,
@@ -127,10 +128,11 @@ def test_views_commit_adaptively_when_no_chunk_size_is_given(tmp_path, monkeypat
     ("spec", "meaning", "fixed"),
     [
         (Identity(name="same"), None, None),  # the same views however batched: sized by time
-        (Identity(name="same"), {"min_cosine": 0.1}, MIN_SENTENCES),  # the filter embeds per chunk
+        (Identity(name="same"), {"min_cosine": 0.1}, MEANING_FIXED_SENTENCES),  # the filter embeds per chunk
         (Synonym(name="syn"), None, None),  # seeded per sentence
         (BackTranslation(name="bt", path=["en", "es", "en"]), None, None),  # Apertium: rule-based
         (BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m"), None, MIN_SENTENCES),
+        (BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m"), {}, MEANING_FIXED_SENTENCES),
         # On a GPU, several of its larger batches a chunk (512 left an H200 launch-bound).
         (
             BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m", device="cuda:1"),
@@ -144,7 +146,17 @@ def test_views_commit_adaptively_when_no_chunk_size_is_given(tmp_path, monkeypat
             GPU_FIXED_SENTENCES,
         ),
     ],
-    ids=["identity", "meaning-filter", "synonyms", "apertium", "neural", "neural-gpu", "meaning-gpu", "one-on-gpu"],
+    ids=[
+        "identity",
+        "meaning-filter",
+        "synonyms",
+        "apertium",
+        "neural",
+        "neural-filtered",
+        "neural-gpu",
+        "meaning-gpu",
+        "one-on-gpu",
+    ],
 )
 def test_only_views_that_cannot_depend_on_their_batch_commit_by_time(tmp_path, spec, meaning, fixed):
     """A neural engine pads and batches per chunk and the meaning filter embeds per chunk, so
@@ -268,9 +280,10 @@ def test_a_gpu_engine_is_handed_its_larger_chunks_end_to_end(tmp_path, monkeypat
     forget_plugin("viewmill_batchrec")
 
 
-def test_a_gpu_chunk_is_part_of_the_configuration_hash_and_the_cpu_s_hash_is_unchanged():
-    """Views batched in a GPU's 4,096-sentence chunks are another configuration than the
-    512-sentence chunks they had before; on the CPU the hash is what it always was."""
+def test_a_fixed_chunk_other_than_512_is_part_of_the_configuration_hash():
+    """Views batched in a GPU's 4,096-sentence chunks, or filtered in the meaning filter's 2,048
+    on a CPU, are another configuration than the 512-sentence chunks they had before; an
+    unfiltered neural engine on the CPU keeps the hash it always had."""
 
     class Producer:
         identity: ClassVar[list] = [["hf", "m", "1"]]
@@ -285,8 +298,12 @@ def test_a_gpu_chunk_is_part_of_the_configuration_hash_and_the_cpu_s_hash_is_unc
     cpu = fingerprint(spec.model_dump(), FilterSpec().model_dump(), Producer.identity)
     assert hashed("cpu") == cpu
     on_gpu = fingerprint(spec.model_copy(update={"device": "cuda"}).model_dump(), FilterSpec().model_dump(),
-                         Producer.identity, ["gpu_chunk", GPU_FIXED_SENTENCES])  # fmt: skip
+                         Producer.identity, ["chunk", GPU_FIXED_SENTENCES])  # fmt: skip
     assert hashed("cuda") == on_gpu
+    judge = MeaningJudge("weights", lambda texts: None)
+    filtered = fingerprint(spec.model_dump(), FilterSpec(meaning={}).model_dump(), Producer.identity,
+                           judge.identity, ["chunk", MEANING_FIXED_SENTENCES])  # fmt: skip
+    assert hashed("cpu", {}) == filtered
     assert hashed("cpu", {"device": "cuda"}) != hashed("cpu", {})  # the meaning filter on a GPU: its chunk too
 
 
