@@ -290,6 +290,18 @@ def print_before(n: int, ref: str, runs: list[dict], old_runs: list[dict]) -> No
         now = [run["stages"][stage]["seconds"] for run in runs]
         ratios = [b / max(a, 1e-9) for a, b in zip(now, then, strict=True)]
         print(f"| {stage} | {spread(then)} | {spread(now)} | {spread(ratios)} |", flush=True)
+    # The encoder dominates the full profile and this machine's speed drifts by ~10% between runs:
+    # each run's own sample of it says how fast the CPU was while that run ran.
+    rates = [", ".join(encoder_rate(run) for run in each) for each in (old_runs, runs)]
+    print("meaning encoder on the plan's sample, texts/s, each run: before {} / now {}".format(*rates))
+
+
+def encoder_rate(run: dict) -> str:
+    """The first filtered augmenter's texts/s in the run's plan (its sample), or '-'."""
+    for measure in (run.get("plan") or {}).get("augmenters", []):
+        if measure.get("meaning_texts_per_s"):
+            return f"{measure['meaning_texts_per_s']:.0f}"
+    return "-"
 
 
 def child_env(site: Path) -> dict[str, str]:
