@@ -7,7 +7,7 @@ Keyed by the exact text, as the encoder sees it (not `meaning.normalised`: "Hell
 "hello world" embed differently). The augment stage keeps one cache per loaded encoder
 (`augment.models.load_once`), so one encoder's rows never answer for another's and
 `release_models()` frees them at a run's end. Only an optimisation: a hit returns the row the
-encoder returned for that text, nothing is written anywhere, so resume and kill are unchanged.
+encoder returned for that text, so verdicts, resume and kill are unchanged.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,13 +40,8 @@ class EmbeddingCache:
         return len(self._rows)
 
     def __call__(self, texts: list[str]) -> np.ndarray:
-        return self.with_fresh(texts)[0]
-
-    def with_fresh(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """One row per text, and which rows this call embedded (the first of each text it did
-        not hold): what a caller storing the embeddings elsewhere has not seen before."""
         if not texts:
-            return self._embed(texts), np.zeros(0, dtype=bool)
+            return self._embed(texts)
         with self._lock:
             todo = list(dict.fromkeys(t for t in texts if t not in self._rows))
             fresh = self._embedded(todo) if todo else {}
@@ -58,13 +52,7 @@ class EmbeddingCache:
             self._rows.update(fresh)
             while len(self._rows) > self._max_texts:
                 self._rows.popitem(last=False)
-        embedded_now = np.zeros(len(texts), dtype=bool)
-        if fresh:
-            first_position: dict[str, int] = {}
-            for position, text in enumerate(texts):
-                first_position.setdefault(text, position)
-            embedded_now[[first_position[text] for text in fresh]] = True
-        return matrix, embedded_now
+            return matrix
 
     def _embedded(self, texts: list[str]) -> dict[str, np.ndarray]:
         matrix = np.asarray(self._embed(texts))
@@ -73,17 +61,3 @@ class EmbeddingCache:
                 f"the meaning encoder returned shape {matrix.shape} for {len(texts)} texts: one row per text"
             )
         return {text: row.copy() for text, row in zip(texts, matrix, strict=True)}  # a copy frees the batch
-
-
-@dataclass(frozen=True)
-class SharedEncoder:
-    """The meaning filter's encoder as every augmenter and shard of the process shares it: its
-    `EmbeddingCache`, loaded at the first call."""
-
-    cache: Callable[[], EmbeddingCache]
-
-    def __call__(self, texts: list[str]) -> np.ndarray:
-        return self.cache()(texts)
-
-    def with_fresh(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        return self.cache().with_fresh(texts)

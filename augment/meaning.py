@@ -166,7 +166,7 @@ class MeaningJudge:
     earlier: tuple[str, ...] = ()
     precision: str = "fp32"  # the encoder's autocast (bf16 judges' identities say so)
     embedding_key: str = ""  # the encoder's name in the lake's embedding store
-    store: bool = False  # embed through the lake's store (the recipe mines with this encoder)
+    store: bool = False  # store what it embeds in the lake (the recipe mines with this encoder)
 
     @property
     def identity(self) -> list[Any]:
@@ -181,7 +181,7 @@ class MeaningJudge:
         pending: PendingEmbeddings | None = None,
     ) -> None:
         """Record each `views` row's cosine to its source and reject, in place, the rows this
-        filter fails. `pending`: where the texts embedded for the first time go, for the lake's
+        filter fails. `pending`: where the texts it embeds go with their rows, for the lake's
         embedding store (the recipe mines with this encoder); the verdicts are the same either way."""
         references = self._references(lake, [row["sentence_id"] for row in rows])
         candidates = [
@@ -226,18 +226,13 @@ class MeaningJudge:
 
 
 def _recording(embed: Embed, pending: PendingEmbeddings) -> Embed:
-    """`embed`, adding to `pending` the texts it embedded for the first time: all of them, unless
-    it says which (`with_fresh`: the process's `EmbeddingCache` returns the rows it held too)."""
-    with_fresh = getattr(embed, "with_fresh", None)
+    """`embed`, adding every text it is asked for to `pending` with its row: a text the lake
+    stores already (each source, after the first augmenter's shard) is dropped at the write."""
 
     def recorded(texts: list[str]) -> np.ndarray:
-        if with_fresh is None:
-            matrix = np.asarray(embed(texts))
-            fresh = np.ones(len(texts), dtype=bool)
-        else:
-            matrix, fresh = with_fresh(texts)
+        matrix = np.asarray(embed(texts))
         if matrix.ndim == 2 and len(matrix) == len(texts):  # else the judge names the bad shape
-            pending.add([text for text, new in zip(texts, fresh, strict=True) if new], matrix[fresh])
+            pending.add(texts, matrix)
         return matrix
 
     return recorded

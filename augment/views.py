@@ -5,15 +5,17 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec, ProduceContext, Producer, make_producer
 from viewmill.augment.cache import CacheStats
-from viewmill.augment.commit_sizes import MIN_SENTENCES, CommitSizes, fixed_sentences
+from viewmill.augment.commit_sizes import MIN_SENTENCES, CommitSizes, fixed_sentences, on_gpu
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec, quality_signals_batch, reject_reason
-from viewmill.storage.embeddings import PENDING_TEXTS
+from viewmill.storage.embeddings import PendingEmbeddings
 from viewmill.storage.ids import fingerprint
 from viewmill.storage.lake import Lake
 from viewmill.storage.schema import PROVENANCE, QUALITY, VIEWS
@@ -101,21 +103,38 @@ def corpus_sentences(lake: Lake, corpus: str, shard: Shard = Shard()) -> list[tu
     )
 
 
-def config_hash(spec: AugmenterSpec, filters: FilterSpec, producer: Producer, judge: MeaningJudge | None = None) -> str:
+def config_hash(
+    spec: AugmenterSpec,
+    filters: FilterSpec,
+    producer: Producer,
+    judge: MeaningJudge | None = None,
+    chunk_size: int | None = None,
+) -> str:
     """What decides an augmenter's views: its spec, the filters and its engines' identities
-    (models and versions), and with `filters.meaning` the judge's (the encoder's weights, the
-    earlier augmenters' configurations). Views, shard tasks and pairs are keyed by it."""
+    (models and versions), with `filters.meaning` the judge's (the encoder's weights, the
+    earlier augmenters' configurations), and where the views depend on their batch, the chunk
+    they are made in (`chunk_size`: the recipe's `execution.chunk_sentences`, if set). Views,
+    shard tasks and pairs are keyed by it."""
     if (filters.meaning is None) != (judge is None):
         raise ValueError(
             f"augmenter {spec.name}: filters.meaning and the meaning judge go together (the augment stage "
             "builds the judge from filters.meaning.encoder): set both or neither"
         )
     meaning = [judge.identity] if judge is not None else []  # absent: hashes from before the filter stay
-    # A fixed chunk other than 512 (a GPU's, the filter's) batches the views otherwise than the
-    # 512 they had before it existed.
-    fixed = fixed_commit_size(spec, filters, None)
-    chunk = [["chunk", fixed]] if fixed is not None and fixed != MIN_SENTENCES else []
+    chunk = _chunk(spec, filters, chunk_size)
     return fingerprint(spec.model_dump(), filters.model_dump(), producer.identity, *meaning, *chunk)
+
+
+def _chunk(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None) -> list[list[Any]]:
+    """The configuration hash's entry for the chunk batch-dependent views are made in: none for
+    512 (the only chunk before any other existed) or views that do not depend on it; on a GPU
+    as `gpu_chunk`, as its chunk was first hashed."""
+    if filters.meaning is None and spec.views_batch_invariant():
+        return []
+    fixed = fixed_commit_size(spec, filters, chunk_size)
+    if fixed == MIN_SENTENCES:
+        return []
+    return [["gpu_chunk" if on_gpu(*model_devices(spec, filters)) else "chunk", fixed]]
 
 
 def views_present(lake: Lake, sentence_ids: list[str], config_hash: str) -> set[str]:
@@ -156,7 +175,7 @@ def make_shard_views(
     owned = producer is None
     producer = make_producer(spec, lake) if producer is None else producer
     try:
-        config = config_hash(spec, filters, producer, judge)
+        config = config_hash(spec, filters, producer, judge, chunk_size)
         sentences = corpus_sentences(lake, corpus, shard)
         present = views_present(lake, [sid for sid, _, _ in sentences], config)
         todo = [row for row in sentences if row[0] not in present]
@@ -166,29 +185,41 @@ def make_shard_views(
             on_progress(0, len(todo))
         reached_key = (config, str(lake.root), lake.data_path)
         done, sizes = 0, _commit_sizes(spec, filters, chunk_size, lake, _reached.get(reached_key, MIN_SENTENCES))
-        # The filter's new embeddings for the lake's store, written a few times a shard: each write's
-        # duplicate check reads every key stored under the encoder (a kill loses only a cache's rows).
-        pending = judge.pending() if judge is not None else None
-        for chunk in sizes.chunks(todo):
-            views = _chunk_views(chunk, producer, ctx, spec, filters, config, run_id)
-            if judge is not None and filters.meaning is not None:
-                rows = views.to_pylist()
-                judge.apply(lake, filters.meaning, rows, [source for _, source, _ in chunk], pending)
-                views = pa.Table.from_pylist(rows, schema=VIEWS)
-            with lake.transaction():
-                report.new_views += lake.append("views", views, unique_on=("view_id",))
-            if pending is not None and len(pending) >= PENDING_TEXTS:
-                pending.write(lake)
-            done += len(chunk)
-            if on_progress is not None:
-                on_progress(done, len(todo))
-        if pending is not None:
-            pending.write(lake)
+        # The filter's embeddings for the lake's store, written a few times a shard: each write's
+        # duplicate check reads every key stored under the encoder (a kill loses what is pending).
+        store = judge.pending() if judge is not None else None
+        with nullcontext() if store is None else store.written_at_end(lake) as pending:
+            for chunk in sizes.chunks(todo):
+                views = _chunk_views(chunk, producer, ctx, spec, filters, config, run_id)
+                views = _judged(views, chunk, lake, filters, judge, pending)
+                with lake.transaction():
+                    report.new_views += lake.append("views", views, unique_on=("view_id",))
+                if pending is not None and pending.full:
+                    pending.write(lake)
+                done += len(chunk)
+                if on_progress is not None:
+                    on_progress(done, len(todo))
         _reached[reached_key] = sizes.size
     finally:
         if owned:
             producer.close()
     return report
+
+
+def _judged(
+    views: pa.Table,
+    chunk: list[tuple[str, str, str]],
+    lake: Lake,
+    filters: FilterSpec,
+    judge: MeaningJudge | None,
+    pending: PendingEmbeddings | None,
+) -> pa.Table:
+    """`views` with the meaning filter's cosines and verdicts, where the recipe has the filter."""
+    if judge is None or filters.meaning is None:
+        return views
+    rows = views.to_pylist()
+    judge.apply(lake, filters.meaning, rows, [source for _, source, _ in chunk], pending)
+    return pa.Table.from_pylist(rows, schema=VIEWS)
 
 
 # Per configuration and lake, the commit size this process's last shard reached: its next shard

@@ -52,7 +52,7 @@ from viewmill.cpu import cpu_cores, flags_label
 _INSTALLED = Path(sys.executable).with_name("viewmill")
 VIEWMILL = [str(_INSTALLED)] if _INSTALLED.exists() else [sys.executable, "-m", "viewmill.pipelines.cli.app"]
 RUN_STAGES = ("preflight", "ingest", "augment", "pair", "train", "evaluate")  # the order a run takes them
-CHUNK = 512  # the engines alone take batches of 512 (the pipeline's first commit, and Apertium's fixed one)
+CHUNK = 512  # Apertium alone takes batches of 512 (the pipeline's first commit)
 SAMPLE_S = 0.1
 
 
@@ -177,8 +177,10 @@ def one_run(workdir: Path, corpus: Path, args: argparse.Namespace, env: dict[str
 
 def engines_alone(state: Path) -> dict[str, dict]:
     """Apertium en>es then es>en over the run's sentences in the pipeline's chunks, and the
-    meaning encoder over every distinct text the filter judged (sentences and views), once each."""
+    meaning encoder over every distinct text the filter judged (sentences and views), once each,
+    in calls of the filter's chunk."""
     from viewmill.augment.apertium import ApertiumEngine
+    from viewmill.augment.commit_sizes import MEANING_FIXED_SENTENCES
     from viewmill.augment.engines import DecodingSpec
     from viewmill.augment.meaning import MeaningSpec
     from viewmill.pipelines.stages.augment import meaning_judge
@@ -201,8 +203,8 @@ def engines_alone(state: Path) -> dict[str, dict]:
     embed = meaning_judge(MeaningSpec()).embed
     distinct = texts["text"].to_pylist()
     start = time.perf_counter()
-    for i in range(0, len(distinct), CHUNK):
-        embed(distinct[i : i + CHUNK])
+    for i in range(0, len(distinct), MEANING_FIXED_SENTENCES):
+        embed(distinct[i : i + MEANING_FIXED_SENTENCES])
     embedded = time.perf_counter() - start
     peak = psutil.Process().memory_info().rss  # VmRSS now; VmHWM below
     peak = max(peak, int(Path("/proc/self/status").read_text().split("VmHWM:")[1].split()[0]) * 1024)

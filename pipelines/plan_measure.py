@@ -150,7 +150,7 @@ def measure_augmenter(ctx: RunContext, lake: Lake, spec: AugmenterSpec, judge: M
 def measure_augmenters(ctx: RunContext, lake: Lake | None) -> list[AugmenterMeasure]:
     """Every augmenter in the recipe's order (the meaning filter's near-duplicate check reads the
     earlier ones' views), each with what the run's `lake` (None: no lake yet) already holds of it."""
-    recipe = ctx.recipe
+    recipe, chunk_size = ctx.recipe, ctx.recipe.execution.chunk_sentences
     judge = recipe_judge(recipe)
     measures, scratch_configs, real_configs = [], [], []
     with ctx.lake() as scratch:  # opened once: each opening of a lake costs seconds on a busy machine
@@ -158,22 +158,23 @@ def measure_augmenters(ctx: RunContext, lake: Lake | None) -> list[AugmenterMeas
         for spec in recipe.augmenters:
             earlier = None if judge is None else replace(judge, earlier=tuple(scratch_configs))
             measures.append(measure_augmenter(ctx, scratch, spec, earlier))
-            scratch_configs.append(_config(spec, recipe.filters, scratch, judge, scratch_configs[:]))
+            scratch_configs.append(_config(spec, recipe.filters, chunk_size, scratch, judge, scratch_configs[:]))
             measures[-1].config = scratch_configs[-1]
             keys = scratch.arrow("SELECT DISTINCT cache_key FROM translations WHERE run_id = ?",
                                  [augmenter_run(ctx, spec)])  # fmt: skip
-            _covered(measures[-1], spec, recipe.filters, lake, ids, keys, judge, real_configs)
+            _covered(measures[-1], spec, (recipe.filters, chunk_size), lake, ids, keys, judge, real_configs)
     return measures
 
 
-def _covered(measure: AugmenterMeasure, spec: AugmenterSpec, filters: FilterSpec, lake: Lake | None,
+def _covered(measure: AugmenterMeasure, spec: AugmenterSpec, made: tuple[FilterSpec, int | None], lake: Lake | None,
              ids: list[str], keys: pa.Table, judge: MeaningJudge | None, real_configs: list[str]) -> None:  # fmt: skip
     """What the run's `lake` (None: none yet) holds of the augmenter's work on the sample: the
-    sentences with its view, the translation cache keys it asked for."""
+    sentences with its view (`made`: the filters and chunk its configuration is hashed with),
+    the translation cache keys it asked for."""
     measure.cache_hits = 0.0 if keys.num_rows else None  # no lake yet: nothing cached
     if lake is None:
         return
-    config = _config(spec, filters, lake, judge, real_configs[:])
+    config = _config(spec, *made, lake, judge, real_configs[:])
     real_configs.append(config)
     measure.views_present = len(views_present(lake, ids, config)) / max(len(ids), 1)
     measure.cache_hits = cached_share(lake, keys)
@@ -184,11 +185,17 @@ def augmenter_run(ctx: RunContext, spec: AugmenterSpec) -> str:
 
 
 def _config(
-    spec: AugmenterSpec, filters: FilterSpec, lake: Lake, judge: MeaningJudge | None, earlier: list[str]
+    spec: AugmenterSpec,
+    filters: FilterSpec,
+    chunk_size: int | None,
+    lake: Lake,
+    judge: MeaningJudge | None,
+    earlier: list[str],
 ) -> str:
     producer = make_producer(spec, lake)
     try:
-        return config_hash(spec, filters, producer, None if judge is None else replace(judge, earlier=tuple(earlier)))
+        judged = None if judge is None else replace(judge, earlier=tuple(earlier))
+        return config_hash(spec, filters, producer, judged, chunk_size)
     finally:
         producer.close()
 

@@ -21,7 +21,9 @@ not normalised; readers normalise. 1.5 KiB a text at MiniLM's 384 dimensions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import duckdb
@@ -37,6 +39,8 @@ NEW_TEXTS_PER_COMMIT = 4096  # a kill loses at most this many embeddings; the ba
 # The meaning filter's pending embeddings are written past this many (24 MiB at MiniLM's 384
 # dimensions): each write checks the encoder's stored keys once, so few large writes, not one a chunk.
 PENDING_TEXTS = 16_384
+
+logger = logging.getLogger("viewmill.embeddings")
 
 
 def embedding_key(text: str) -> str:
@@ -119,12 +123,18 @@ class PendingEmbeddings:
     """Embeddings computed elsewhere (the meaning filter's), kept until `write` stores them in one
     commit that skips the keys the lake holds already. A text added twice keeps its first vector."""
 
+    limit = PENDING_TEXTS  # `full` past this many distinct texts
+
     def __init__(self, encoder: str) -> None:
         self.encoder = encoder
         self._vectors: dict[str, np.ndarray] = {}  # text hash -> vector
 
     def __len__(self) -> int:
         return len(self._vectors)
+
+    @property
+    def full(self) -> bool:
+        return len(self._vectors) >= self.limit
 
     def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
         if len(texts) != len(vectors):
@@ -143,6 +153,21 @@ class PendingEmbeddings:
             written = lake.append("embeddings", rows, unique_on=("encoder", "text_hash"))
         self._vectors.clear()
         return written
+
+    @contextmanager
+    def written_at_end(self, lake: Lake) -> Iterator[PendingEmbeddings]:
+        """Write what is pending when the block ends, and also when it fails, so a shard's error
+        (a retry in this process finds the texts in its encoder's cache) loses no vector: that
+        write is best effort, logged if it fails too, and the block's own error goes on."""
+        try:
+            yield self
+        except BaseException:
+            try:
+                self.write(lake)
+            except Exception as error:  # e.g. the lake's disk is what failed
+                logger.warning("%d pending embeddings were not stored (%s); mining embeds them", len(self), error)
+            raise
+        self.write(lake)
 
 
 def embedding_rows(encoder: str, keys: pa.StringArray, vectors: np.ndarray) -> pa.Table:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from viewmill.augment.augmenters import AugmenterSpec
-from viewmill.augment.embedding_cache import EmbeddingCache, SharedEncoder
+from viewmill.augment.embedding_cache import EmbeddingCache
 from viewmill.augment.meaning import MeaningJudge, MeaningSpec
 from viewmill.augment.models import load_once
 from viewmill.augment.quality import FilterSpec
@@ -60,7 +60,7 @@ class AugmentPlan:
     corpus_state: str  # a fingerprint of the corpus's sentence ids
     lake_epoch: str  # when the lake was created: a new lake never reuses cached shards
     meaning_precision: str | None = None  # the meaning encoder's, resolved where the run was planned
-    meaning_store: bool = False  # the filter embeds through the lake's store (the recipe mines with its encoder)
+    meaning_store: bool = False  # the filter stores what it embeds in the lake (the recipe mines with its encoder)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def meaning_judge(spec: MeaningSpec | None, precision: str | None = None, store:
     with native bf16, 2.8x the texts a second there; fp32 elsewhere). Cosines in bf16 differ in
     their last digits, so a bf16 judge's identity (and with it the views' configuration) differs;
     an fp32 judge's is what it always was. Shard workers are handed the plan's precision.
-    `store`: embed through the lake's embedding store, for a miner of the same encoder
+    `store`: store what it embeds in the lake's embedding store, for a miner of the same encoder
     (`shares_embeddings`); the views are the same either way, so it is not in the identity."""
     if spec is None:
         return None
@@ -118,7 +118,9 @@ def meaning_judge(spec: MeaningSpec | None, precision: str | None = None, store:
 
         return EmbeddingCache(encode)
 
-    embed = SharedEncoder(lambda: load_once("sentence-encoder", path, device, f"meaning-{precision}", load))
+    def embed(texts: list[str]) -> np.ndarray:  # every augmenter and shard of the process shares the cache
+        return load_once("sentence-encoder", path, device, f"meaning-{precision}", load)(texts)
+
     fingerprint = encoder_fingerprint(path)
     identity = fingerprint if precision == "fp32" else f"{fingerprint}+{precision}"
     return MeaningJudge(identity, embed, precision=precision, embedding_key=encoder_key(fingerprint, precision),
@@ -153,7 +155,9 @@ def augment_plan(ctx: RunContext) -> AugmentPlan:
         configs: dict[str, str] = {}
         for spec in recipe.augmenters:  # producers kept for the shards this process runs
             with lent_producer(spec, lake, ctx.run_id) as producer:
-                configs[spec.name] = config_hash(spec, recipe.filters, producer, _after(judge, list(configs.values())))
+                judged = _after(judge, list(configs.values()))
+                chunk = recipe.execution.chunk_sentences
+                configs[spec.name] = config_hash(spec, recipe.filters, producer, judged, chunk)
         ids = lake.arrow(
             "SELECT sentence_id FROM sentences WHERE corpus = ? ORDER BY sentence_id", [recipe.corpus_name]
         )["sentence_id"].to_pylist()

@@ -281,30 +281,33 @@ def test_a_gpu_engine_is_handed_its_larger_chunks_end_to_end(tmp_path, monkeypat
 
 
 def test_a_fixed_chunk_other_than_512_is_part_of_the_configuration_hash():
-    """Views batched in a GPU's 4,096-sentence chunks, or filtered in the meaning filter's 2,048
-    on a CPU, are another configuration than the 512-sentence chunks they had before; an
-    unfiltered neural engine on the CPU keeps the hash it always had."""
+    """Views batched in a GPU's 4,096-sentence chunks, filtered in the meaning filter's 2,048 on
+    a CPU, or made in a recipe's own chunk, are another configuration than the 512-sentence
+    chunks they had before; an unfiltered neural engine on the CPU keeps the hash it always had,
+    and views that do not depend on their batch ignore the chunk."""
 
     class Producer:
         identity: ClassVar[list] = [["hf", "m", "1"]]
 
-    def hashed(device: str, meaning: dict | None = None) -> str:
-        spec = BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m", device=device)
-        filters = FilterSpec(meaning=meaning)
+    def hashed(device: str, meaning: dict | None = None, chunk: int | None = None, spec=None) -> str:
+        spec = spec or BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m", device=device)
         judge = None if meaning is None else MeaningJudge("weights", lambda texts: None)
-        return views_module.config_hash(spec, filters, Producer(), judge)
+        return views_module.config_hash(spec, FilterSpec(meaning=meaning), Producer(), judge, chunk)
 
     spec = BackTranslation(name="bt", path=["en", "es", "en"], engine="hf", model="m")
     cpu = fingerprint(spec.model_dump(), FilterSpec().model_dump(), Producer.identity)
-    assert hashed("cpu") == cpu
+    assert hashed("cpu") == cpu == hashed("cpu", chunk=512)
     on_gpu = fingerprint(spec.model_copy(update={"device": "cuda"}).model_dump(), FilterSpec().model_dump(),
-                         Producer.identity, ["chunk", GPU_FIXED_SENTENCES])  # fmt: skip
-    assert hashed("cuda") == on_gpu
+                         Producer.identity, ["gpu_chunk", GPU_FIXED_SENTENCES])  # fmt: skip
+    assert hashed("cuda") == on_gpu == hashed("cuda", chunk=GPU_FIXED_SENTENCES)  # hashed as before
     judge = MeaningJudge("weights", lambda texts: None)
     filtered = fingerprint(spec.model_dump(), FilterSpec(meaning={}).model_dump(), Producer.identity,
                            judge.identity, ["chunk", MEANING_FIXED_SENTENCES])  # fmt: skip
     assert hashed("cpu", {}) == filtered
     assert hashed("cpu", {"device": "cuda"}) != hashed("cpu", {})  # the meaning filter on a GPU: its chunk too
+    assert hashed("cpu", chunk=64) != cpu and hashed("cpu", {}, chunk=512) != filtered  # the recipe's own chunk
+    apertium = BackTranslation(name="bt", path=["en", "es", "en"])  # rule-based: the same views however batched
+    assert hashed("cpu", spec=apertium, chunk=64) == hashed("cpu", spec=apertium)
 
 
 @pytest.mark.parametrize(

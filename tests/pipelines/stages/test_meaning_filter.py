@@ -163,3 +163,13 @@ def test_shard_jobs_out_of_order_give_the_same_verdicts(first_run, tmp_path):
 
     assert verdicts(first) == verdicts(second)
     assert len(second) == 60
+
+
+def test_a_recipe_s_own_chunk_makes_its_own_configuration_that_the_shards_agree_with(first_run, tmp_path):
+    """The filter embeds per chunk, so `execution.chunk_sentences` is part of what decides the
+    views: the plan's hashes and each shard job's (checked in `augment_shard`) take it alike."""
+    recipe, _, configs, _ = first_run
+    own = StatePaths(tmp_path / "own-chunk")
+    chunked = _augment(RunContext(load_recipe(recipe, ["execution.chunk_sentences=7"]), own))
+    assert set(chunked.values()).isdisjoint(configs.values())
+    assert len(_views(own.lake, chunked)) == 3 * 20
