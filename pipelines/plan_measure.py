@@ -50,7 +50,8 @@ class AugmenterMeasure:
     engine: str
     sentences: int
     load_s: float  # building the producer and its first texts (a neural engine loads its weights)
-    view_s: float  # per sentence: the real views code with every translation cached (filters, rows)
+    view_s: float  # per sentence: the real views code with every translation cached (filters, rows;
+    # the meaning filter's share at the run's call size: `meaning_call_speedup`)
     engine_s: float  # per sentence: what translating it anew adds
     peak_rss: int
     view_commit_s: float = 0.0  # the lake's seconds per views commit (cache lookup, write, catalog)
@@ -60,6 +61,8 @@ class AugmenterMeasure:
     cache_hits: float | None = None  # share of the sample's translation cache keys the run's lake holds
     views_present: float = 0.0  # share of the sample's sentences that have this augmenter's view already
     meaning_texts_per_s: float | None = None  # the meaning filter's embedding rate
+    meaning_s: float = 0.0  # per sentence: the meaning filter's embedding, at the sample's call size
+    meaning_call_speedup: float = 1.0  # its encoder in the run's calls (the fixed chunk) against the sample's
     config: str = ""  # its configuration hash in the scratch lake (pairing names views by it)
 
 
@@ -143,7 +146,7 @@ def measure_augmenter(ctx: RunContext, lake: Lake, spec: AugmenterSpec, judge: M
         engine_s, watch.peak, view_commit_s=views.lake_s / max(views.commits, 1),
         translation_commit_s=translation_commit_s, fixed_commit=fixed_commit_size(spec, recipe.filters, chunk_size),
         translation_chunk=translation_chunk,
-        meaning_texts_per_s=tally.texts / tally.seconds if tally.seconds else None,
+        meaning_texts_per_s=tally.texts / tally.seconds if tally.seconds else None, meaning_s=tally.seconds / n,
     )  # fmt: skip
 
 
@@ -163,7 +166,43 @@ def measure_augmenters(ctx: RunContext, lake: Lake | None) -> list[AugmenterMeas
             keys = scratch.arrow("SELECT DISTINCT cache_key FROM translations WHERE run_id = ?",
                                  [augmenter_run(ctx, spec)])  # fmt: skip
             _covered(measures[-1], spec, (recipe.filters, chunk_size), lake, ids, keys, judge, real_configs)
+        if judge is not None:
+            texts = scratch.arrow("SELECT text FROM sentences")["text"].to_pylist()
+            _at_run_call_size(measures, judge.embed, texts)
     return measures
+
+
+def _at_run_call_size(measures: list[AugmenterMeasure], embed: Callable[[list[str]], Any], texts: list[str]) -> None:
+    """The filter embeds a chunk's texts a call: the sample's few hundred where the run's chunk
+    holds thousands, and the encoder sorts each call by length, so larger calls pad less (1.2x
+    on a CPU at 2,048, BENCHMARKS.md). Each filtered augmenter's `view_s` takes its embedding
+    at the run's call size, measured once per chunk size."""
+    speedups: dict[int, float] = {}
+    for m in measures:
+        if m.meaning_s and m.fixed_commit and m.fixed_commit > m.sentences:
+            if m.fixed_commit not in speedups:
+                speedups[m.fixed_commit] = call_size_speedup(embed, texts, m.sentences, m.fixed_commit)
+            m.meaning_call_speedup = speedups[m.fixed_commit]
+            m.view_s -= m.meaning_s * (1 - 1 / m.meaning_call_speedup)
+
+
+def call_size_speedup(embed: Callable[[list[str]], Any], texts: list[str], small: int, large: int) -> float:
+    """How much faster `embed` takes `large` texts in one call than in calls of `small`: texts
+    made from `texts` with a number appended (the corpus's lengths, none in the encoder's cache).
+    At least 1: a larger call never costs more a text, whatever the noise."""
+    if not texts or large <= small:
+        return 1.0
+
+    def timed(calls: list[list[str]]) -> float:
+        began = time.perf_counter()
+        for call in calls:
+            embed(call)
+        return time.perf_counter() - began
+
+    in_one = timed([[f"{texts[i % len(texts)]} {i}" for i in range(large)]])
+    others = [f"{texts[i % len(texts)]} #{i}" for i in range(large)]
+    in_small = timed([others[start : start + small] for start in range(0, large, small)])
+    return max(in_small / in_one, 1.0) if in_one > 0 else 1.0
 
 
 def _covered(measure: AugmenterMeasure, spec: AugmenterSpec, made: tuple[FilterSpec, int | None], lake: Lake | None,

@@ -169,6 +169,34 @@ def test_the_lakes_commit_cost_is_spread_over_commits_of_the_runs_own_size():
     assert lake_commits_s(neural, 1024, 0.5, 0.01, shards=1) == pytest.approx(2 * 0.3 + 2 * 0.2)
 
 
+def test_the_filters_share_of_a_view_is_taken_at_the_runs_call_size():
+    """The sample's few hundred sentences make small encoder calls where the run's chunk makes
+    thousands: an encoder with a cost per call is faster per text in the larger ones."""
+    from viewmill.pipelines.plan_measure import AugmenterMeasure, _at_run_call_size, call_size_speedup
+
+    calls: list[int] = []
+
+    def embed(texts: list[str]) -> None:  # 20 ms a call, whatever its size
+        calls.append(len(texts))
+        time.sleep(0.02)
+
+    assert call_size_speedup(embed, ["a b c"], 100, 1000) > 3 and calls == [1000] + [100] * 10
+    assert call_size_speedup(embed, ["a b c"], 300, 300) == 1.0  # the sample is the chunk: nothing to scale
+    assert call_size_speedup(lambda texts: time.sleep(0.001 * len(texts) ** 1.2), ["a"], 10, 100) == 1.0
+
+    def measure(fixed: int | None, meaning_s: float) -> AugmenterMeasure:
+        return AugmenterMeasure("a", "e", 300, 0.0, view_s=0.01, engine_s=0.0, peak_rss=0, fixed_commit=fixed,
+                                meaning_s=meaning_s)  # fmt: skip
+
+    filtered, unfiltered, adaptive = measure(2048, 0.008), measure(2048, 0.0), measure(None, 0.008)
+    calls.clear()
+    _at_run_call_size([filtered, measure(2048, 0.008), unfiltered, adaptive], embed, ["a b c", "d e"])
+    assert calls == [2048] + [300] * 6 + [248]  # measured once for the chunk size both filtered augmenters share
+    speedup = filtered.meaning_call_speedup
+    assert speedup > 3 and filtered.view_s == pytest.approx(0.01 - 0.008 * (1 - 1 / speedup))
+    assert unfiltered.view_s == adaptive.view_s == 0.01 and unfiltered.meaning_call_speedup == 1.0
+
+
 def test_the_pair_and_train_stages_memory_grows_with_the_pairs_they_hold():
     # The plan once gave every stage its sample's peak: 2.43 GiB for a 100k run that peaked at
     # 3.76, and nothing of faiss's 1.7 GiB index at 1M pairs.
