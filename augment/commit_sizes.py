@@ -17,7 +17,7 @@ MIN_SENTENCES = 512  # the adaptive commit's floor: one batch of slow translatio
 # 512 kept an H200 at a quarter of that (issue 32.4). Still seconds of work per commit there.
 GPU_FIXED_SENTENCES = 4096
 # The meaning filter's fixed chunk on a CPU: the encoder sorts each call's texts by length, so
-# larger calls pad less (8,192 texts in 2,048-text calls 1.15x faster than in 512s, BENCHMARKS.md),
+# larger calls pad less (8,192 texts in 2,048-text calls 1.21x faster than in 512s, BENCHMARKS.md),
 # and a third of the commits. A kill loses seconds of filtered Apertium views.
 MEANING_FIXED_SENTENCES = 2048
 MAX_SENTENCES = 65_536  # its ceiling: a chunk's views are held in memory until they commit

@@ -19,6 +19,7 @@ from viewmill.augment.augmenter_base import ProduceContext
 from viewmill.augment.augmenters import AugmenterSpec, make_producer
 from viewmill.augment.cache import CacheStats
 from viewmill.augment.commit_sizes import MIN_SENTENCES
+from viewmill.augment.embedding_cache import Embed
 from viewmill.augment.meaning import MeaningJudge
 from viewmill.augment.quality import FilterSpec
 from viewmill.augment.views import (
@@ -37,6 +38,9 @@ from viewmill.train.step_timing import TrainMeasure, time_training
 from viewmill.memory import Watch
 
 WARMUP_TEXTS = 8  # texts a model translates or embeds before it is timed (its load and first call)
+# The filter's call-size speed-up is measured on at most this many texts each way (a few seconds
+# on a CPU); larger calls gain little more (BENCHMARKS.md, "The meaning filter's chunk").
+MAX_MEASURED_CALL = 4096
 
 
 @dataclass
@@ -62,6 +66,7 @@ class AugmenterMeasure:
     views_present: float = 0.0  # share of the sample's sentences that have this augmenter's view already
     meaning_texts_per_s: float | None = None  # the meaning filter's embedding rate
     meaning_s: float = 0.0  # per sentence: the meaning filter's embedding, at the sample's call size
+    meaning_call_texts: float = 0.0  # texts a call of the filter's encoder on the sample, on average
     meaning_call_speedup: float = 1.0  # its encoder in the run's calls (the fixed chunk) against the sample's
     config: str = ""  # its configuration hash in the scratch lake (pairing names views by it)
 
@@ -97,6 +102,7 @@ def _produce(producer: Any, chunk: list[tuple[str, str]], lake: Lake, run_id: st
 class _Embedded:
     texts: int = 0
     seconds: float = 0.0
+    calls: int = 0
 
 
 def timed_judge(judge: MeaningJudge | None, tally: _Embedded) -> MeaningJudge | None:
@@ -109,6 +115,7 @@ def timed_judge(judge: MeaningJudge | None, tally: _Embedded) -> MeaningJudge | 
         t0 = time.perf_counter()
         vectors = judge.embed(texts)
         tally.texts, tally.seconds = tally.texts + len(texts), tally.seconds + time.perf_counter() - t0
+        tally.calls += 1
         return vectors
 
     return replace(judge, embed=embed)
@@ -147,6 +154,7 @@ def measure_augmenter(ctx: RunContext, lake: Lake, spec: AugmenterSpec, judge: M
         translation_commit_s=translation_commit_s, fixed_commit=fixed_commit_size(spec, recipe.filters, chunk_size),
         translation_chunk=translation_chunk,
         meaning_texts_per_s=tally.texts / tally.seconds if tally.seconds else None, meaning_s=tally.seconds / n,
+        meaning_call_texts=tally.texts / tally.calls if tally.calls else 0.0,
     )  # fmt: skip
 
 
@@ -161,36 +169,39 @@ def measure_augmenters(ctx: RunContext, lake: Lake | None) -> list[AugmenterMeas
         for spec in recipe.augmenters:
             earlier = None if judge is None else replace(judge, earlier=tuple(scratch_configs))
             measures.append(measure_augmenter(ctx, scratch, spec, earlier))
-            scratch_configs.append(_config(spec, recipe.filters, chunk_size, scratch, judge, scratch_configs[:]))
+            scratch_configs.append(planned_config(spec, recipe.filters, chunk_size, scratch, judge, scratch_configs[:]))
             measures[-1].config = scratch_configs[-1]
             keys = scratch.arrow("SELECT DISTINCT cache_key FROM translations WHERE run_id = ?",
                                  [augmenter_run(ctx, spec)])  # fmt: skip
             _covered(measures[-1], spec, (recipe.filters, chunk_size), lake, ids, keys, judge, real_configs)
         if judge is not None:
             texts = scratch.arrow("SELECT text FROM sentences")["text"].to_pylist()
-            _at_run_call_size(measures, judge.embed, texts)
+            _at_run_call_size(measures, judge.embed, texts, recipe.execution.shard_sentences)
     return measures
 
 
-def _at_run_call_size(measures: list[AugmenterMeasure], embed: Callable[[list[str]], Any], texts: list[str]) -> None:
+def _at_run_call_size(measures: list[AugmenterMeasure], embed: Embed, texts: list[str], shard: int) -> None:
     """The filter embeds a chunk's texts a call: the sample's few hundred where the run's chunk
-    holds thousands, and the encoder sorts each call by length, so larger calls pad less (1.2x
-    on a CPU at 2,048, BENCHMARKS.md). Each filtered augmenter's `view_s` takes its embedding
-    at the run's call size, measured once per chunk size."""
-    speedups: dict[int, float] = {}
-    for m in measures:
-        if m.meaning_s and m.fixed_commit and m.fixed_commit > m.sentences:
-            if m.fixed_commit not in speedups:
-                speedups[m.fixed_commit] = call_size_speedup(embed, texts, m.sentences, m.fixed_commit)
-            m.meaning_call_speedup = speedups[m.fixed_commit]
-            m.view_s -= m.meaning_s * (1 - 1 / m.meaning_call_speedup)
+    holds thousands (within a shard of `shard` sentences), and the encoder sorts each call by
+    length, so larger calls pad less (1.2x on a CPU at 2,048, BENCHMARKS.md). Each filtered
+    augmenter's `view_s` takes its embedding at the run's call size: the sample's average call
+    scaled by the run's chunk over the sample, measured once for the recipe (one encoder)."""
+    filtered = [m for m in measures if m.meaning_s and m.meaning_call_texts and m.fixed_commit]
+    if not filtered:
+        return
+    small = round(sum(m.meaning_call_texts for m in filtered) / len(filtered))
+    scale = min(filtered[0].fixed_commit or 0, shard) / filtered[0].sentences
+    speedup = call_size_speedup(embed, texts, small, min(round(small * scale), MAX_MEASURED_CALL))
+    for m in filtered:
+        m.meaning_call_speedup = speedup
+        m.view_s -= m.meaning_s * (1 - 1 / speedup)
 
 
-def call_size_speedup(embed: Callable[[list[str]], Any], texts: list[str], small: int, large: int) -> float:
+def call_size_speedup(embed: Embed, texts: list[str], small: int, large: int) -> float:
     """How much faster `embed` takes `large` texts in one call than in calls of `small`: texts
-    made from `texts` with a number appended (the corpus's lengths, none in the encoder's cache).
-    At least 1: a larger call never costs more a text, whatever the noise."""
-    if not texts or large <= small:
+    made from `texts` with a 7-digit number appended (the corpus's lengths, the same tokens in
+    both, none in the encoder's cache). At least 1: a larger call costs no more a text."""
+    if not texts or small < 1 or large <= small:
         return 1.0
 
     def timed(calls: list[list[str]]) -> float:
@@ -199,8 +210,8 @@ def call_size_speedup(embed: Callable[[list[str]], Any], texts: list[str], small
             embed(call)
         return time.perf_counter() - began
 
-    in_one = timed([[f"{texts[i % len(texts)]} {i}" for i in range(large)]])
-    others = [f"{texts[i % len(texts)]} #{i}" for i in range(large)]
+    in_one = timed([[f"{texts[i % len(texts)]} {1_000_000 + i}" for i in range(large)]])
+    others = [f"{texts[i % len(texts)]} {2_000_000 + i}" for i in range(large)]
     in_small = timed([others[start : start + small] for start in range(0, large, small)])
     return max(in_small / in_one, 1.0) if in_one > 0 else 1.0
 
@@ -213,7 +224,7 @@ def _covered(measure: AugmenterMeasure, spec: AugmenterSpec, made: tuple[FilterS
     measure.cache_hits = 0.0 if keys.num_rows else None  # no lake yet: nothing cached
     if lake is None:
         return
-    config = _config(spec, *made, lake, judge, real_configs[:])
+    config = planned_config(spec, *made, lake, judge, real_configs[:])
     real_configs.append(config)
     measure.views_present = len(views_present(lake, ids, config)) / max(len(ids), 1)
     measure.cache_hits = cached_share(lake, keys)
@@ -223,7 +234,7 @@ def augmenter_run(ctx: RunContext, spec: AugmenterSpec) -> str:
     return f"{ctx.run_id}.{spec.name}"
 
 
-def _config(
+def planned_config(
     spec: AugmenterSpec,
     filters: FilterSpec,
     chunk_size: int | None,
@@ -231,6 +242,7 @@ def _config(
     judge: MeaningJudge | None,
     earlier: list[str],
 ) -> str:
+    """The augmenter's configuration hash as the run names it (a shard job checks the same)."""
     producer = make_producer(spec, lake)
     try:
         judged = None if judge is None else replace(judge, earlier=tuple(earlier))

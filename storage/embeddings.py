@@ -2,8 +2,8 @@
 
 The meaning filter embeds every source and view of a recipe, and mining embeds the same texts
 again a stage later with the same encoder (at 10k sentences of the full profile, 34 s of a
-131 s run). The filter stores what it embeds (`PendingEmbeddings`: what
-its process embedded for the first time, a few commits a shard), and mining reads what the lake
+131 s run). The filter stores what it embeds (`PendingEmbeddings`: every text it asked the
+encoder for, a few commits a shard, each dropping what is stored already), and mining reads what the lake
 holds under its encoder through an `EmbeddingStore`, embedding (and storing) only the rest, so
 a rerun with other mining controls embeds only new texts.
 
@@ -161,7 +161,7 @@ class PendingEmbeddings:
         write is best effort, logged if it fails too, and the block's own error goes on."""
         try:
             yield self
-        except BaseException:
+        except Exception:  # an interrupt goes straight through, as a kill does
             try:
                 self.write(lake)
             except Exception as error:  # e.g. the lake's disk is what failed

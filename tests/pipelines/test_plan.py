@@ -174,27 +174,38 @@ def test_the_filters_share_of_a_view_is_taken_at_the_runs_call_size():
     thousands: an encoder with a cost per call is faster per text in the larger ones."""
     from viewmill.pipelines.plan_measure import AugmenterMeasure, _at_run_call_size, call_size_speedup
 
-    calls: list[int] = []
+    calls: list[list[str]] = []
 
     def embed(texts: list[str]) -> None:  # 20 ms a call, whatever its size
-        calls.append(len(texts))
+        calls.append(texts)
         time.sleep(0.02)
 
-    assert call_size_speedup(embed, ["a b c"], 100, 1000) > 3 and calls == [1000] + [100] * 10
+    assert call_size_speedup(embed, ["a b c"], 100, 1000) > 3 and [len(c) for c in calls] == [1000] + [100] * 10
+    assert {len(t.split()[-1]) for c in calls for t in c} == {7}  # the same tokens in both
     assert call_size_speedup(embed, ["a b c"], 300, 300) == 1.0  # the sample is the chunk: nothing to scale
     assert call_size_speedup(lambda texts: time.sleep(0.001 * len(texts) ** 1.2), ["a"], 10, 100) == 1.0
 
-    def measure(fixed: int | None, meaning_s: float) -> AugmenterMeasure:
+    def measure(fixed: int | None, meaning_s: float, call_texts: float) -> AugmenterMeasure:
         return AugmenterMeasure("a", "e", 300, 0.0, view_s=0.01, engine_s=0.0, peak_rss=0, fixed_commit=fixed,
-                                meaning_s=meaning_s)  # fmt: skip
+                                meaning_s=meaning_s, meaning_call_texts=call_texts)  # fmt: skip
 
-    filtered, unfiltered, adaptive = measure(2048, 0.008), measure(2048, 0.0), measure(None, 0.008)
+    first, second = measure(2048, 0.008, 500.0), measure(2048, 0.004, 300.0)
+    unfiltered, adaptive = measure(2048, 0.0, 0.0), measure(None, 0.008, 400.0)
     calls.clear()
-    _at_run_call_size([filtered, measure(2048, 0.008), unfiltered, adaptive], embed, ["a b c", "d e"])
-    assert calls == [2048] + [300] * 6 + [248]  # measured once for the chunk size both filtered augmenters share
-    speedup = filtered.meaning_call_speedup
-    assert speedup > 3 and filtered.view_s == pytest.approx(0.01 - 0.008 * (1 - 1 / speedup))
+    _at_run_call_size([first, second, unfiltered, adaptive], embed, ["a b c", "d e"], shard=5000)
+    # Once for the recipe: the filtered augmenters' average call (400) scaled by 2,048 / 300.
+    assert [len(c) for c in calls] == [2731] + [400] * 6 + [331]
+    speedup = first.meaning_call_speedup
+    assert speedup > 3 and second.meaning_call_speedup == speedup
+    assert first.view_s == pytest.approx(0.01 - 0.008 * (1 - 1 / speedup))
     assert unfiltered.view_s == adaptive.view_s == 0.01 and unfiltered.meaning_call_speedup == 1.0
+    calls.clear()
+    _at_run_call_size([measure(2048, 0.008, 3000.0)], embed, ["a"], shard=5000)
+    assert len(calls[0]) == 4096  # at most MAX_MEASURED_CALL texts each way
+    calls.clear()
+    shard_bound = measure(2048, 0.008, 300.0)
+    _at_run_call_size([shard_bound], embed, ["a"], shard=200)  # the run's calls are a shard's at most
+    assert calls == [] and shard_bound.view_s == 0.01
 
 
 def test_the_pair_and_train_stages_memory_grows_with_the_pairs_they_hold():

@@ -10,9 +10,16 @@ import pytest
 from typer.testing import CliRunner
 from viewmill.augment.meaning import normalised
 from viewmill.pipelines.cli.app import app
+from viewmill.pipelines.plan_measure import planned_config
 from viewmill.pipelines.recipe import load_recipe
 from viewmill.pipelines.run import RunContext, run_recipe
-from viewmill.pipelines.stages.augment import augment_finish, augment_plan, run_shards_here, shard_jobs
+from viewmill.pipelines.stages.augment import (
+    augment_finish,
+    augment_plan,
+    recipe_judge,
+    run_shards_here,
+    shard_jobs,
+)
 from viewmill.pipelines.stages.ingest import ingest_stage
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake
@@ -170,6 +177,13 @@ def test_a_recipe_s_own_chunk_makes_its_own_configuration_that_the_shards_agree_
     views: the plan's hashes and each shard job's (checked in `augment_shard`) take it alike."""
     recipe, _, configs, _ = first_run
     own = StatePaths(tmp_path / "own-chunk")
-    chunked = _augment(RunContext(load_recipe(recipe, ["execution.chunk_sentences=7"]), own))
+    with_chunk = load_recipe(recipe, ["execution.chunk_sentences=7"])
+    chunked = _augment(RunContext(with_chunk, own))
     assert set(chunked.values()).isdisjoint(configs.values())
     assert len(_views(own.lake, chunked)) == 3 * 20
+    # `viewmill plan` names them alike, or it would count none of these views as present.
+    judge, planned = recipe_judge(with_chunk), []
+    with Lake(own.lake, read_only=True) as lake:
+        for spec in with_chunk.augmenters:
+            planned.append(planned_config(spec, with_chunk.filters, 7, lake, judge, planned[:]))
+    assert planned == list(chunked.values())
