@@ -129,7 +129,7 @@ def _chunk(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None) -> 
     """The configuration hash's entry for the chunk batch-dependent views are made in: none for
     512 (the only chunk before any other existed) or views that do not depend on it; on a GPU
     as `gpu_chunk`, as its chunk was first hashed."""
-    if filters.meaning is None and spec.views_batch_invariant():
+    if not views_depend_on_batch(spec, filters):
         return []
     fixed = fixed_commit_size(spec, filters, chunk_size)
     if fixed == MIN_SENTENCES:
@@ -234,13 +234,19 @@ def _commit_sizes(
     return CommitSizes(fixed, lake_seconds=lake.busy_seconds, start=start)
 
 
+def views_depend_on_batch(spec: AugmenterSpec, filters: FilterSpec) -> bool:
+    """Whether a chunk's make-up can change a view or its verdict: a neural engine batches and
+    pads per chunk, the meaning filter embeds per chunk."""
+    return filters.meaning is not None or not spec.views_batch_invariant()
+
+
 def fixed_commit_size(spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None) -> int | None:
     """The recipe's fixed size; unset, None (sized by time) only where a chunk's make-up cannot
-    change a view or its verdict (a neural engine batches and pads per chunk, the meaning filter
-    embeds per chunk), so a rerun of the same recipe makes the same views. On a GPU the chunk
+    change a view or its verdict (`views_depend_on_batch`), so a rerun of the same recipe makes
+    the same views. On a GPU the chunk
     holds several of its larger batches, with the filter several of its encoder's calls
     (`fixed_sentences`)."""
-    if chunk_size is None and (filters.meaning is not None or not spec.views_batch_invariant()):
+    if chunk_size is None and views_depend_on_batch(spec, filters):
         return fixed_sentences(*model_devices(spec, filters), meaning=filters.meaning is not None)
     return chunk_size
 

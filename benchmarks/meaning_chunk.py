@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ingest import sentences, word_pool
+from ingest import sentences, spread, word_pool
 from viewmill.train.encoder import encode_in, load_sentence_model, resolve_encoder
 
 from viewmill.cpu import auto_precision, flags_label
@@ -28,10 +28,6 @@ def embed_in_calls(model, texts: list[str], size: int, precision: str) -> float:
     for start in range(0, len(texts), size):
         encode_in(model, texts[start : start + size], precision)
     return time.perf_counter() - began
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    return " / ".join(f"{v:.{digits}f}" for v in (min(values), statistics.median(values), max(values)))
 
 
 def main() -> None:
@@ -56,7 +52,7 @@ def main() -> None:
     for size, values in seconds.items():
         ratios = [base / value for base, value in zip(first, values, strict=True)]
         rate = len(texts) / statistics.median(values)
-        print(f"| {size:,} | {spread(values)} | {rate:,.0f} | {spread(ratios)} |")
+        print(f"| {size:,} | {spread(values, '.2f')} | {rate:,.0f} | {spread(ratios, '.2f')} |")
 
 
 if __name__ == "__main__":

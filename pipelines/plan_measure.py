@@ -173,7 +173,7 @@ def measure_augmenters(ctx: RunContext, lake: Lake | None) -> list[AugmenterMeas
             measures[-1].config = scratch_configs[-1]
             keys = scratch.arrow("SELECT DISTINCT cache_key FROM translations WHERE run_id = ?",
                                  [augmenter_run(ctx, spec)])  # fmt: skip
-            _covered(measures[-1], spec, (recipe.filters, chunk_size), lake, ids, keys, judge, real_configs)
+            _covered(measures[-1], spec, recipe.filters, chunk_size, lake, ids, keys, judge, real_configs)
         if judge is not None:
             texts = scratch.arrow("SELECT text FROM sentences")["text"].to_pylist()
             _at_run_call_size(measures, judge.embed, texts, recipe.execution.shard_sentences)
@@ -190,7 +190,7 @@ def _at_run_call_size(measures: list[AugmenterMeasure], embed: Embed, texts: lis
     if not filtered:
         return
     small = round(sum(m.meaning_call_texts for m in filtered) / len(filtered))
-    scale = min(filtered[0].fixed_commit or 0, shard) / filtered[0].sentences
+    scale = min(filtered[0].fixed_commit, shard) / filtered[0].sentences
     speedup = call_size_speedup(embed, texts, small, min(round(small * scale), MAX_MEASURED_CALL))
     for m in filtered:
         m.meaning_call_speedup = speedup
@@ -216,15 +216,15 @@ def call_size_speedup(embed: Embed, texts: list[str], small: int, large: int) ->
     return max(in_small / in_one, 1.0) if in_one > 0 else 1.0
 
 
-def _covered(measure: AugmenterMeasure, spec: AugmenterSpec, made: tuple[FilterSpec, int | None], lake: Lake | None,
-             ids: list[str], keys: pa.Table, judge: MeaningJudge | None, real_configs: list[str]) -> None:  # fmt: skip
+def _covered(measure: AugmenterMeasure, spec: AugmenterSpec, filters: FilterSpec, chunk_size: int | None,
+             lake: Lake | None, ids: list[str], keys: pa.Table, judge: MeaningJudge | None,
+             real_configs: list[str]) -> None:  # fmt: skip
     """What the run's `lake` (None: none yet) holds of the augmenter's work on the sample: the
-    sentences with its view (`made`: the filters and chunk its configuration is hashed with),
-    the translation cache keys it asked for."""
+    sentences with its view, the translation cache keys it asked for."""
     measure.cache_hits = 0.0 if keys.num_rows else None  # no lake yet: nothing cached
     if lake is None:
         return
-    config = planned_config(spec, *made, lake, judge, real_configs[:])
+    config = planned_config(spec, filters, chunk_size, lake, judge, real_configs[:])
     real_configs.append(config)
     measure.views_present = len(views_present(lake, ids, config)) / max(len(ids), 1)
     measure.cache_hits = cached_share(lake, keys)
