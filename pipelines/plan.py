@@ -148,9 +148,17 @@ def plan_recipe(recipe: Recipe, state: StatePaths, settings: Settings, *, sample
     stages = estimate(recipe, found, sentences, workers)
     evaluated = [s for s in stages if s.stage == "evaluate"]  # last, as in the run: after any soup
     stages = [s for s in stages if s.stage != "evaluate"]
-    for ingredient in recipe.soup_recipes():  # run after this recipe's training, in the same state; not evaluated
-        part = plan_recipe(ingredient, state, settings, sample=sample, workers=workers, estimate_bytes=estimate_bytes)
-        stages += [replace(s, stage=f"{ingredient.name}: {s.stage}") for s in part.stages if s.stage != "evaluate"]
+
+    def named_stages(named: Recipe) -> list[StageEstimate]:  # a named recipe's run, in the same state; not evaluated
+        part = plan_recipe(named, state, settings, sample=sample, workers=workers, estimate_bytes=estimate_bytes)
+        return [replace(s, stage=f"{named.name}: {s.stage}") for s in part.stages if s.stage != "evaluate"]
+
+    start = recipe.start_recipe()
+    if start is not None:  # runs after this recipe's pairing, before its training
+        at = next((i for i, s in enumerate(stages) if s.stage == "train"), len(stages))
+        stages[at:at] = named_stages(start)
+    for ingredient in recipe.soup_recipes():  # after this recipe's training
+        stages += named_stages(ingredient)
     if recipe.soup is not None and "cpu" in found.encode:
         stages.append(soup_estimate(recipe, found))
     return Plan(recipe.name, sentences, how, found.sample, workers, gpu, found.augmenters, stages + evaluated)

@@ -11,8 +11,10 @@ import yaml
 from pydantic import (
     BaseModel,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from viewmill.augment.augmenters import AugmenterSpec
@@ -21,6 +23,7 @@ from viewmill.augment.quality import FilterSpec
 from viewmill.pipelines.messages import validation_lines
 from viewmill.pipelines.overrides import OverrideError
 from viewmill.pipelines.overrides import apply_overrides as overrides_applied
+from viewmill.pipelines.recipe_links import RecipeError, loading, soup_ingredients, start_recipe
 from viewmill.pipelines.recipe_sections import CorpusSpec, ExecutionSpec, PairSpec, SoupSpec
 from viewmill.pipelines.safe_yaml import YamlTooLarge, load_yaml
 from viewmill.pipelines.sweep_spec import SweepSpec
@@ -40,8 +43,7 @@ from viewmill.spelling import did_you_mean
 DEFAULT_EVAL_EVERY = 20
 
 
-class RecipeError(ValueError):
-    """A recipe is unusable; the message names the field or file and the fix."""
+__all__ = ["Recipe", "RecipeError", "TrainSpec", "load_recipe", "recipe_from_mapping"]
 
 
 class DevTask(StsTask):
@@ -52,9 +54,23 @@ class DevTask(StsTask):
 
 class TrainSpec(TrainConfig):
     encoder: str = "embedded:all-MiniLM-L6-v2"
+    start_from: str | dict[str, Any] | None = Field(
+        None,
+        description="a recipe file (from this recipe's folder) whose trained model this training continues, a "
+        "schedule in stages: it runs first where the lake lacks its model, from the same train.encoder (the "
+        "start both are measured against)",
+    )
     dev: DevTask | list[DevTask] | None = Field(
         None, description="STS data scored every eval_every steps (model selection): one task, or a list"
     )
+
+    @model_serializer(mode="wrap")
+    def _without_a_start(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Recipe hashes and manifests from before `start_from` existed stay as they were.
+        dumped = handler(self)
+        if dumped.get("start_from") is None:
+            dumped.pop("start_from", None)
+        return dumped
 
     @field_validator("dev", mode="before")
     @classmethod
@@ -158,6 +174,20 @@ class Recipe(Spec):
         if self.train is not None:
             tasks += self.train.dev_tasks
         return tasks
+
+    def start_recipe(self) -> Recipe | None:
+        """The recipe whose model this training continues (`train.start_from`), as loaded."""
+        start = self.train.start_from if self.train is not None else None
+        if start is None:
+            return None
+        if not isinstance(start, dict):
+            raise RecipeError(f"train.start_from {start!r} was never loaded: read the recipe with load_recipe")
+        return Recipe.model_validate(start)
+
+    def named_recipes(self) -> list[Recipe]:
+        """Every recipe this one runs besides itself: its start first, then its soup's."""
+        start = self.start_recipe()
+        return [*([start] if start is not None else []), *self.soup_recipes()]
 
     def soup_recipes(self) -> list[Recipe]:
         """The recipes whose models go into the soup, as loaded (their paths resolved)."""
@@ -325,41 +355,9 @@ def recipe_from_mapping(raw: dict, path: Path | str, overrides: list[str] | None
     meaning = recipe.filters.meaning
     if meaning is not None:
         meaning.encoder = _model_beside(base, meaning.encoder, "filters.meaning.encoder")
-    if recipe.soup is not None:
-        recipe.soup.recipes = _soup_ingredients(recipe, path)
+    with loading(path):
+        if recipe.train is not None and recipe.train.start_from is not None:
+            recipe.train.start_from = start_recipe(recipe, path, read_recipe_file, recipe_from_mapping)
+        if recipe.soup is not None:
+            recipe.soup.recipes = soup_ingredients(recipe, path, read_recipe_file, recipe_from_mapping)
     return recipe
-
-
-def _soup_ingredients(recipe: Recipe, path: Path) -> list[dict]:
-    """`soup.recipes`, files from the recipe's folder, each named once and never the recipe itself,
-    loaded as a flow parameter carries them."""
-    assert recipe.soup is not None
-    entries = recipe.soup.recipes
-    odd = next((entry for entry in entries if not isinstance(entry, str)), None)
-    if odd is not None:
-        raise RecipeError(
-            f"soup.recipes takes recipe files (paths from the recipe's folder), not a {type(odd).__name__}"
-        )
-    files = [path.resolve().parent / entry for entry in entries]  # loaded as named; compared resolved
-    resolved = [file.resolve() for file in files]
-    if len(set(resolved)) != len(resolved) or path.resolve() in resolved:
-        raise RecipeError(f"recipe {path}: soup.recipes names a recipe twice, or this recipe: name each other once")
-    return [_soup_ingredient(recipe, file) for file in files]
-
-
-def _soup_ingredient(recipe: Recipe, path: Path) -> dict:
-    """One `soup.recipes` file, loaded; one that cannot share the soup's start is refused before anything runs."""
-    raw = read_recipe_file(path)
-    where = f"soup.recipes names {path}"
-    if "soup" in raw:  # before loading it: a soup naming itself would never end
-        raise RecipeError(f"{where}, itself a soup: name the recipes of its soup.recipes here instead")
-    ingredient = recipe_from_mapping(raw, path)
-    if ingredient.train is None:
-        raise RecipeError(f"{where}, which trains nothing (no train section): name a recipe that trains a model")
-    assert recipe.train is not None  # the schema requires it with soup
-    if ingredient.train.encoder != recipe.train.encoder:
-        raise RecipeError(
-            f"{where}, which starts from {ingredient.train.encoder}, not {recipe.train.encoder}: a soup averages "
-            "fine-tunes of one start; set the same train.encoder in both"
-        )
-    return ingredient.model_dump(mode="json", exclude_unset=True)

@@ -121,8 +121,9 @@ def _make_pairs(ctx: RunContext, timed: StageTimer, map_shards: MapShards, summa
 
 
 def _ingredient(ctx: RunContext, call: Callable[..., Any], recipe: Recipe) -> TrainResult:
-    """A soup recipe's model: its run in the same state, every stage reused where done before
-    (a run of its own in `runs`), its augmenting in this process, not evaluated."""
+    """A named recipe's model (a soup's ingredient, or the start a training continues): its run
+    in the same state, every stage reused where done before (a run of its own in `runs`), its
+    augmenting in this process, not evaluated."""
     child = RunContext(recipe, ctx.state, ctx.settings)
     summary = run_recipe(child, call, evaluate=False)
     trained = summary["train"]
@@ -142,7 +143,9 @@ def _train_and_evaluate(
     start = EvalTarget("untrained", base, model_id_of(base)) if evaluates else None
     if start is not None and ctx.recipe.evaluate.baseline:
         models.append(start)
-    summary.train = timed("train", train_stage, ctx, snap.name, snap.content_hash)
+    named = ctx.recipe.start_recipe()  # the model this training continues, trained first where the lake lacks it
+    begun = timed("start_from", _ingredient, ctx, timed.call, named, direct=True) if named is not None else None
+    summary.train = timed("train", train_stage, ctx, snap.name, snap.content_hash, begun.path if begun else None)
     trained = summary.train.report
     if trained is not None and trained.first_step_s is not None:  # within train's seconds: its start-up at scale
         timed.timings["train_first_step"] = trained.first_step_s

@@ -118,7 +118,7 @@ def _run(
 
     ctx = _checked_context(recipe, overrides, state, settings, snapshot=snapshot, needs_train=needs_train)
     err_console.print(f"run {ctx.run_id}: recipe {recipe}", highlight=False)
-    note = soup_override_note(ctx.recipe, overrides)
+    note = named_override_note(ctx.recipe, overrides)
     if note is not None:
         err_console.print(note, highlight=False)
     try:  # from here on a failure is a failed run (recorded in `runs`), bar the corpus errors ingest finds
@@ -132,15 +132,15 @@ def _run(
     render_summary(summary, console)
 
 
-def soup_override_note(recipe: Recipe, overrides: list[str] | None) -> str | None:
-    """A soup's named recipes run as their files say: `--set` (a GPU, a step budget) reaches
-    only the recipe it came with, which a user of the soup might not expect."""
-    if not overrides or recipe.soup is None:
+def named_override_note(recipe: Recipe, overrides: list[str] | None) -> str | None:
+    """The recipes a recipe names (its start_from, its soup's) run as their files say: `--set`
+    (a GPU, a step budget) reaches only the recipe it came with, which a user might not expect."""
+    named = recipe.named_recipes()
+    if not overrides or not named:
         return None
-    named = ", ".join(named.name for named in recipe.soup_recipes())
     return (
-        f"note: --set applies to recipe {recipe.name} only; the soup's recipes ({named}) run as their files "
-        "say: set them there"
+        f"note: --set applies to recipe {recipe.name} only; the recipes it names "
+        f"({', '.join(r.name for r in named)}) run as their files say: set them there"
     )
 
 

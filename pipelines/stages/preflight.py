@@ -62,7 +62,7 @@ def preflight(ctx: RunContext) -> PreflightResult:
         distributed.check_device(recipe.train.device)
     encoder = check_encoder("train.encoder", recipe.train.encoder) if recipe.train is not None else None
     check_lake_files(ctx)
-    for named in recipe.soup_recipes():  # before this recipe trains: a soup's recipes run after it
+    for named in recipe.named_recipes():  # its start runs before this recipe trains, its soup's after
         preflight(RunContext(named, ctx.state, settings))
     return PreflightResult(sources=len(recipe.corpus.files), sampled=sampled, encoder=encoder)
 

@@ -60,20 +60,22 @@ class TrainResult:
         return {"model_id": self.model_id, "path": self.path, "reused": self.reused, **done}
 
 
-def model_id_for(spec: TrainSpec, content_hash: str) -> str:
-    """What decides the model: pairs, config (the selection rule included), base model, every dev
-    task (name, weight, settings, the bytes it reads, its scoring code) and training code."""
-    base = resolve_encoder(spec.encoder)
-    config = spec.model_dump(exclude={"encoder", "dev"})
+def model_id_for(spec: TrainSpec, content_hash: str, start: str | None = None) -> str:
+    """What decides the model: pairs, config (the selection rule included), the model training
+    starts from (`start`, a model folder, else the recipe's encoder; by content), every dev task
+    (name, weight, settings, the bytes it reads, its scoring code) and training code."""
+    base = start or resolve_encoder(spec.encoder)
+    config = spec.model_dump(exclude={"encoder", "dev", "start_from"})
     if config["precision"] == "auto":  # what this machine will run: a bf16 model is no fp32 one
         config["precision"] = auto_precision(spec.device)
     dev = [(task.name, task.weight, task_data_hash(task)) for task in spec.dev_tasks]
     return fingerprint(content_hash, config, encoder_fingerprint(base), dev, training_code_fingerprint())
 
 
-def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> TrainResult:
-    """Train on a snapshot; a model trained before from the same pairs, config, base model and
-    training code is reused.
+def train_stage(ctx: RunContext, snapshot: str, content_hash: str, start: str | None = None) -> TrainResult:
+    """Train on a snapshot, from the model folder `start` where given (the model of the recipe's
+    `train.start_from`), else from the recipe's encoder; a model trained before from the same
+    pairs, config, start and training code is reused.
 
     The model is exported to `<dir>.staged`, recorded in `models`, then renamed into place:
     a run killed at any point leaves a model whose lake row exists or a staged export that
@@ -82,14 +84,14 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> TrainResul
     """
     spec = ctx.recipe.train
     assert spec is not None
-    model_id = model_id_for(spec, content_hash)
+    model_id = model_id_for(spec, content_hash, start)
     out_dir = ctx.state.models / f"{ctx.recipe.name}-{model_id[:12]}"
     staged = out_dir.with_name(out_dir.name + ".staged")
     main = distributed.is_main()
     with model_lock(out_dir) if main else contextlib.nullcontext():
         report = None
         if not is_complete_model(out_dir) and not is_complete_model(staged):
-            report = _train(ctx, snapshot, model_id, out_dir, staged)
+            report = _train(ctx, snapshot, model_id, out_dir, staged, start)
             crash_point("exported")
         if main:
             publish_model(ctx, staged, out_dir, model_id)
@@ -97,31 +99,42 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str) -> TrainResul
     return TrainResult(model_id, str(out_dir), reused=report is None, selected_step=selected, report=report)
 
 
-def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged: Path) -> TrainReport:
-    """Train the recipe's model on the snapshot's pairs, exported to `staged`."""
+def _train(
+    ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged: Path, start: str | None
+) -> TrainReport:
+    """Train the recipe's model on the snapshot's pairs, from `start` where given, exported to `staged`."""
     spec = ctx.recipe.train
     assert spec is not None
     stamps = [time.perf_counter()]
-    base = resolve_encoder(spec.encoder)
+    base = start or resolve_encoder(spec.encoder)
     purpose = f"train on pairs snapshot '{snapshot}'"
     with ctx.lake(read_only=True) as lake:
         table = read_pairs(lake, snapshot, purpose=purpose)  # with its hard negatives, where it has them
         if OBJECTIVES.get(spec.objective).needs_source:
             table = with_sources(lake, table, purpose)
     release_freed_memory()  # the read's sort buffers, before the model loads
-    card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": spec.encoder, "model_id": model_id,
+    card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": start or spec.encoder, "model_id": model_id,
             "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
             "corpus_datasets": corpus_datasets(ctx.recipe.corpus.format, ctx.recipe.corpus.files),
             "dev_task": ", ".join(task.name for task in spec.dev_tasks) or None}  # fmt: skip
     keys = sentence_keys(table["sentence_id"])
     table = table.drop_columns([name for name in ("pair_id", "sentence_id") if name in table.column_names])
     stamp = lambda _step, _loss: stamps.append(time.perf_counter())  # noqa: E731
+    trained_spec = _as_trained(spec)
     with progress_bar(f"train {spec.objective} ({spec.steps} steps)", total=spec.steps, unit="steps") as progress:
-        report = train_model(table, base, spec, staged, card=card, keys=keys, dev=dev_scorer(spec.dev_tasks, progress),
+        report = train_model(table, base, trained_spec, staged, card=card, keys=keys,
+                             dev=dev_scorer(spec.dev_tasks, progress),
                              on_trained=lambda step: progress(step, spec.steps), phase=progress.phase,
                              on_step=stamp)  # fmt: skip
     report.first_step_s, report.median_step_s = step_times(stamps)
     return report
+
+
+def _as_trained(spec: TrainSpec) -> TrainSpec:
+    """The settings a model's manifest records: a `start_from` recipe by its name (the model it
+    left is the manifest's base_model), not the whole recipe."""
+    named = spec.start_from
+    return spec.model_copy(update={"start_from": named["name"]}) if isinstance(named, dict) else spec
 
 
 def sentence_keys(ids: pa.ChunkedArray) -> np.ndarray | pa.ChunkedArray:

@@ -192,12 +192,12 @@ def test_a_recipe_named_twice_itself_or_inline_is_refused(tiny_recipe, soup, mes
 
 
 def test_set_on_a_soup_says_it_does_not_reach_the_named_recipes(tiny_recipe):
-    from viewmill.pipelines.cli.run import soup_override_note
+    from viewmill.pipelines.cli.run import named_override_note
 
     recipe = load_recipe(_soup_recipes(tiny_recipe), ["train.steps=3"])
     named = recipe.soup_recipes()[0].name
-    note = soup_override_note(recipe, ["train.steps=3"])
-    assert note == (f"note: --set applies to recipe {recipe.name} only; the soup's recipes ({named}) run as their "
-                    "files say: set them there")  # fmt: skip
-    assert soup_override_note(recipe, None) is None and soup_override_note(recipe, []) is None
-    assert soup_override_note(load_recipe(tiny_recipe), ["train.steps=3"]) is None  # no soup, nothing to say
+    note = named_override_note(recipe, ["train.steps=3"])
+    assert note == (f"note: --set applies to recipe {recipe.name} only; the recipes it names ({named}) run as "
+                    "their files say: set them there")  # fmt: skip
+    assert named_override_note(recipe, None) is None and named_override_note(recipe, []) is None
+    assert named_override_note(load_recipe(tiny_recipe), ["train.steps=3"]) is None  # names none, nothing to say
