@@ -43,9 +43,6 @@ from viewmill.spelling import did_you_mean
 DEFAULT_EVAL_EVERY = 20
 
 
-__all__ = ["Recipe", "RecipeError", "TrainSpec", "load_recipe", "recipe_from_mapping"]
-
-
 class DevTask(StsTask):
     """A dev task of model selection: an STS task and its weight in the selection score."""
 

@@ -60,14 +60,8 @@ def start_recipe(recipe: Any, path: Path, read: Reader, load: Loader) -> dict:
             "whose model to continue"
         )
     named = _named(file, "train.start_from", lambda _: raw, load)
-    if named.train is None:
-        raise RecipeError(f"{where}, which trains nothing (no train section): name a recipe that trains a model")
-    if named.train.encoder != recipe.train.encoder:
-        raise RecipeError(
-            f"{where}, which starts from {named.train.encoder}, not {recipe.train.encoder}: the stages of a schedule "
-            "share one start, the baseline its gains are measured against; set the same train.encoder in both"
-        )
-    return named.model_dump(mode="json", exclude_unset=True)
+    why = "the stages of a schedule share one start, the baseline its gains are measured against"
+    return _trains_from_the_same_start(named, recipe, where, why)
 
 
 def soup_ingredients(recipe: Any, path: Path, read: Reader, load: Loader) -> list[dict]:
@@ -92,11 +86,16 @@ def _soup_ingredient(recipe: Any, path: Path, read: Reader, load: Loader) -> dic
     if "soup" in raw:  # before loading it: a soup naming itself would never end
         raise RecipeError(f"{where}, itself a soup: name the recipes of its soup.recipes here instead")
     ingredient = _named(path, "soup.recipes", lambda _: raw, load)
-    if ingredient.train is None:
+    return _trains_from_the_same_start(ingredient, recipe, where, "a soup averages fine-tunes of one start")
+
+
+def _trains_from_the_same_start(named: Any, recipe: Any, where: str, why: str) -> dict:
+    """`named` as a flow parameter carries it, once it is known to train from `recipe`'s encoder."""
+    if named.train is None:
         raise RecipeError(f"{where}, which trains nothing (no train section): name a recipe that trains a model")
-    if ingredient.train.encoder != recipe.train.encoder:
+    if named.train.encoder != recipe.train.encoder:
         raise RecipeError(
-            f"{where}, which starts from {ingredient.train.encoder}, not {recipe.train.encoder}: a soup averages "
-            "fine-tunes of one start; set the same train.encoder in both"
+            f"{where}, which starts from {named.train.encoder}, not {recipe.train.encoder}: {why}; set the same "
+            "train.encoder in both"
         )
-    return ingredient.model_dump(mode="json", exclude_unset=True)
+    return named.model_dump(mode="json", exclude_unset=True)
