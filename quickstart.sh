@@ -74,8 +74,9 @@ case "$command" in
   test)
     .venv/bin/ruff check .
     # One pytest-xdist worker per core and one more (at most 5), a test file per worker: the
-    # suite waits on servers and subprocesses a good part of the time (on 2 cores, 2 workers
-    # kept them 81% busy on its slowest files, 3 workers 90%, 5% sooner).
+    # suite waits on servers and subprocesses part of the time (on 2 cores its eight slowest
+    # files kept the cores 81% busy with 2 workers and 90% with 3, 5% sooner; the whole suite
+    # ran at 179% CPU with 3).
     # The environment's commands first on PATH, as in an activated venv (the DuckDB shell
     # from duckdb-cli that `viewmill lake attach --open` starts, among them).
     export PATH="$PWD/.venv/bin:$PATH"
