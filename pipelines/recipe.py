@@ -79,6 +79,11 @@ class TrainSpec(TrainConfig):
         return [lift(task) for task in dev] if isinstance(dev, list) else lift(dev)
 
     @property
+    def continues_a_model(self) -> bool:
+        """Training begins at a `start_from` recipe's model, not at `encoder`: its step 0 is not the start."""
+        return self.start_from is not None
+
+    @property
     def dev_tasks(self) -> list[DevTask]:
         return [] if self.dev is None else [self.dev] if isinstance(self.dev, DevTask) else list(self.dev)
 

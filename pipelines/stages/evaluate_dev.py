@@ -41,9 +41,8 @@ def reusable_dev_scores(
         return {}
     reused = {"trained": _at_step(per_task, matches, manifest.get("selected_step"))}
     texts = [text for task in tasks if task.name in matches for text in _texts(task)]
-    # Step 0 is the start only where training began at the recipe's encoder, not at a start_from model.
-    began_at_start = spec.start_from is None
-    if start_path is not None and began_at_start and _start_scores_alike(spec, trained_path, start_path, texts):
+    began_at_start = start_path is not None and not spec.continues_a_model
+    if began_at_start and _start_scores_alike(spec, trained_path, start_path, texts):
         reused["start"] = _at_step(per_task, matches, 0)
     return reused
 

@@ -110,9 +110,8 @@ def _cook(
     candidates = candidate_weights(ctx.recipe.soup.shares, len(ingredients))
     score = dev_scorer(spec.dev_tasks)
     assert score is not None  # the schema requires dev tasks
-    # The start is the recipes' encoder: a model continued from another (start_from) began elsewhere.
-    begun = None if spec.start_from is not None else _start_scores(own, spec)
-    start = begun or score(load_sentence_model(resolve_encoder(spec.encoder))).scores
+    recorded = {} if spec.continues_a_model else _start_scores(own, spec)
+    start = recorded or score(load_sentence_model(resolve_encoder(spec.encoder))).scores
     with progress_bar(f"soup of {len(ingredients)} models", total=len(candidates), unit="mixes") as progress:
 
         def scored(mix: tuple[float, ...], result: DevResult) -> None:

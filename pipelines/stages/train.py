@@ -91,7 +91,7 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str, start: str | 
     with model_lock(out_dir) if main else contextlib.nullcontext():
         report = None
         if not is_complete_model(out_dir) and not is_complete_model(staged):
-            report = _train(ctx, snapshot, model_id, out_dir, staged, start)
+            report = _train(ctx, snapshot, model_id, out_dir, staged, start or resolve_encoder(spec.encoder))
             crash_point("exported")
         if main:
             publish_model(ctx, staged, out_dir, model_id)
@@ -99,21 +99,19 @@ def train_stage(ctx: RunContext, snapshot: str, content_hash: str, start: str | 
     return TrainResult(model_id, str(out_dir), reused=report is None, selected_step=selected, report=report)
 
 
-def _train(
-    ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged: Path, start: str | None
-) -> TrainReport:
-    """Train the recipe's model on the snapshot's pairs, from `start` where given, exported to `staged`."""
+def _train(ctx: RunContext, snapshot: str, model_id: str, out_dir: Path, staged: Path, base: str) -> TrainReport:
+    """Train the recipe's model on the snapshot's pairs from the model folder `base`, exported to `staged`."""
     spec = ctx.recipe.train
     assert spec is not None
     stamps = [time.perf_counter()]
-    base = start or resolve_encoder(spec.encoder)
     purpose = f"train on pairs snapshot '{snapshot}'"
     with ctx.lake(read_only=True) as lake:
         table = read_pairs(lake, snapshot, purpose=purpose)  # with its hard negatives, where it has them
         if OBJECTIVES.get(spec.objective).needs_source:
             table = with_sources(lake, table, purpose)
     release_freed_memory()  # the read's sort buffers, before the model loads
-    card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": start or spec.encoder, "model_id": model_id,
+    named_base = base if spec.continues_a_model else spec.encoder  # a continued model by its folder
+    card = {"recipe": ctx.recipe.name, "snapshot": snapshot, "base_model": named_base, "model_id": model_id,
             "corpus": ctx.recipe.corpus_name, "path": str(out_dir), "license": base_license(base),
             "corpus_datasets": corpus_datasets(ctx.recipe.corpus.format, ctx.recipe.corpus.files),
             "dev_task": ", ".join(task.name for task in spec.dev_tasks) or None}  # fmt: skip
