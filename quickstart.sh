@@ -46,10 +46,12 @@ install_python_packages() {
   # every extra. The stamp records the extras installed, so `test` or `install` after a demo adds
   # the rest, and a demo after either installs nothing.
   local extras=all,test no_compile=""
-  # The demo also skips pip's bytecode compile of every installed module (95 CPU-seconds,
-  # 2026-11-27): Python compiles the few it imports on first import.
+  # demo and test skip pip's bytecode compile of every installed module (95 CPU-seconds,
+  # 2026-11-27): Python compiles the modules they import on first import. `install` (the docker/
+  # images) compiles all, so a container starts without compiling.
+  [ "$command" = install ] || no_compile=1
   # A demo given options (--dask, --catalog postgres:...) may need any extra: it takes them all.
-  if [ "$command" = demo ]; then no_compile=1; extras=prefect; [ "$extra_arguments" -eq 0 ] || extras=all; fi
+  if [ "$command" = demo ]; then extras=prefect; [ "$extra_arguments" -eq 0 ] || extras=all; fi
   local stamp=.venv/.viewmill-installed want have
   want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
   have=$(cat "$stamp" 2>/dev/null || true)
