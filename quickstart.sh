@@ -14,7 +14,9 @@ command=$1; shift
 extra_arguments=$#
 case "$command" in demo|test|install) ;; *) usage ;; esac
 
-SYSTEM_PACKAGES=(apertium apertium-eng-spa apertium-eng-cat wordnet-base)
+# libjemalloc2: the allocator the `viewmill` command restarts itself on (viewmill/allocator.py):
+# training's peak memory stays at its working set instead of growing with every longer batch.
+SYSTEM_PACKAGES=(apertium apertium-eng-spa apertium-eng-cat wordnet-base libjemalloc2)
 # Debian's Apertium pairs that chains reach French, Italian, Portuguese and Galician by
 # (recipes/multilingual-chain.yaml, docs/engines.md); the tests translate through them. The demo
 # needs none of them, so it does not wait for them.

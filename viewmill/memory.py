@@ -23,16 +23,32 @@ def _malloc_trim():
     return getattr(libc, "malloc_trim", None)  # glibc only (musl and macOS return freed pages themselves)
 
 
+JEMALLOC_ARENAS_ALL = 4096  # jemalloc 5's MALLCTL_ARENAS_ALL: "arena.4096.purge" purges every arena
+
+
+@functools.cache
+def _jemalloc_mallctl():
+    """jemalloc's `mallctl` where the process runs on jemalloc (viewmill.allocator), else None."""
+    mallctl = getattr(ctypes.CDLL(None), "mallctl", None)
+    if mallctl is not None:
+        mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return mallctl
+
+
 def release_freed_memory() -> None:
     """glibc keeps what a stage freed (DuckDB's sort buffers, pandas frames) in its arenas, so
     the next stage's allocations stack on top: at a million sentences that held ~350 MB through
     training. `malloc_trim(0)` returns the free pages. Arrow's buffers come from Arrow's own pool
     (mimalloc by default), which malloc_trim does not reach and which returns freed pages only
     when a later Arrow allocation happens to come after its purge delay: the pool is asked to
-    hand them back too, where this process uses Arrow at all."""
+    hand them back too, where this process uses Arrow at all. On jemalloc, freed pages wait
+    out its decay time (10 s) unless its arenas are purged, which they are."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+    mallctl = _jemalloc_mallctl()
+    if mallctl is not None:
+        mallctl(f"arena.{JEMALLOC_ARENAS_ALL}.purge".encode(), None, None, None, 0)
     arrow = sys.modules.get("pyarrow")
     if arrow is not None:
         arrow.default_memory_pool().release_unused()

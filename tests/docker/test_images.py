@@ -39,7 +39,14 @@ def test_images_install_with_the_readme_command(name):
 def test_quickstart_install_command_exists_and_lists_the_system_packages():
     script = (REPO / "quickstart.sh").read_text(encoding="utf-8")
     assert "install) echo" in script
-    assert "apertium-eng-spa" in script and "wordnet-base" in script
+    assert "apertium-eng-spa" in script and "wordnet-base" in script and "libjemalloc2" in script
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.gpu"])
+def test_images_preload_jemalloc_for_workers_the_command_does_not_start(name):
+    text = (DOCKER / name).read_text(encoding="utf-8")
+    link = re.search(r'ln -s "\$\(find /usr/lib -name (libjemalloc\.so\.2) -print -quit\)" (\S+)', text)
+    assert link and re.search(rf"^ENV LD_PRELOAD={re.escape(link[2])}$", text, re.M), "preloaded where linked"
 
 
 def test_compose_wires_server_database_and_workers():
