@@ -13,7 +13,7 @@ import math
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from viewmill.train.mining import MinedNegatives, MiningShape
 from viewmill.train.soup import candidate_weights
 from viewmill.train.step_timing import TrainMeasure
 
+from viewmill.allocator import allocator_label
 from viewmill.memory import Watch
 from viewmill.settings import Settings
 
@@ -84,6 +85,7 @@ class Plan:
     gpu: str  # the GPU measured, or NO_GPU
     augmenters: list[AugmenterMeasure]
     stages: list[StageEstimate]
+    allocator: str = field(default_factory=allocator_label)  # memory measured on it (viewmill.allocator)
 
     @property
     def total(self) -> StageEstimate:

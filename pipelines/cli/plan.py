@@ -107,3 +107,5 @@ def render_plan(result: Plan) -> None:
         console.print(f"{stage.stage}: {stage.note}", highlight=False, markup=False)
     measured = f"measured on {result.gpu}" if gpu else NO_GPU
     console.print(f"GPU figures: {measured}", highlight=False, markup=False)
+    console.print(f"memory measured on {result.allocator} (docs/operations.md, the allocator)", highlight=False,
+                  markup=False)  # fmt: skip

@@ -20,6 +20,7 @@ from viewmill.pipelines.state import StatePaths
 
 from tests.conftest import needs_apertium, write_sts_fixture
 from tests.lake_state import lake_state
+from viewmill.allocator import allocator_label
 from viewmill.settings import Settings
 
 runner = CliRunner()
@@ -82,6 +83,7 @@ def test_plan_measures_every_stage_and_writes_no_lake(planned_then_run):
     _, _, plan, created, _ = planned_then_run
     assert not created  # no lake, no state folder: the sample was measured in a scratch lake
     assert (plan["recipe"], plan["sentences"], plan["sample"], plan["workers"]) == ("plantiny", 200, 100, 4)
+    assert plan["allocator"] == allocator_label()  # the memory figures' allocator (this process's)
     assert [s["stage"] for s in plan["stages"]] == STAGES
     rows = {s["stage"]: s["rows"] for s in plan["stages"]}
     assert rows["ingest"] == 200 and rows["augment"] == 400 and rows["train"] == 32
@@ -119,6 +121,7 @@ def test_a_plan_after_the_run_counts_its_cache_and_leaves_the_lake_alone(planned
     render_plan(again)
     table = capsys.readouterr().out
     assert "recipe plantiny: 200 sentences, counted" in table and "measured on 100" in table
+    assert f"memory measured on {allocator_label()}" in table
     assert all(f"│ {stage}" in table for stage in [*STAGES, "total"])
     assert [line.count("100%") for line in table.splitlines() if line.startswith("│ bt_es")] == [2]
 
