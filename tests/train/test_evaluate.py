@@ -66,8 +66,15 @@ def test_encoder_references_resolve_with_clear_errors(tmp_path, tiny_model):
     assert encoder_fingerprint(str(tiny_model)) == encoder_fingerprint(str(tiny_model))
 
 
+@pytest.fixture(scope="module")
+def minilm():
+    """The real all-MiniLM-L6-v2 and one Embedder for this module's published-figure checks: a text
+    that two checks score (SICK's test pairs are in SICK-R's 9,927) is encoded once."""
+    return Embedder(load_sentence_model(resolve_encoder("embedded:all-MiniLM-L6-v2")))
+
+
 @pytest.mark.slow
-def test_reproduces_published_minilm_figures_and_sentence_transformers_evaluator():
+def test_reproduces_published_minilm_figures_and_sentence_transformers_evaluator(minilm):
     """all-MiniLM-L6-v2: 82.03 on STS-B test, 77.15 on SentEval's SICK-R test split (4,927
     pairs); on STS-B test viewmill's Spearman equals EmbeddingSimilarityEvaluator's to 1e-6.
     The real model loads once and encodes each distinct text once: the evaluator reads STS-B's
@@ -79,15 +86,17 @@ def test_reproduces_published_minilm_figures_and_sentence_transformers_evaluator
     vendored = REPO / "recipes" / "data"  # unchanged copies of ../shared/data files
     stsb = load_stsb(vendored / "stsbenchmark" / "sts-test.csv")
     sick = load_sick(vendored / "sick" / "SICK_test_annotated.txt")
-    model = load_sentence_model(resolve_encoder("embedded:all-MiniLM-L6-v2"))
-    embed = Embedder(model)
+    embed, model = minilm, minilm.model
     assert len(stsb.gold) == 1379 and len(sick.gold) == 4927
     ours = spearman_x100(embed, stsb)
     assert ours == pytest.approx(82.03, abs=0.1)
     encoded = []
     original = model.encode
     model.encode = lambda texts, **kw: encoded.extend(texts) or original(texts, **kw)
-    theirs = model_spearman_x100(model, stsb, cache=dict(embed.cache))
+    try:
+        theirs = model_spearman_x100(model, stsb, cache=dict(embed.cache))
+    finally:
+        model.encode = original
     assert encoded == [] and abs(ours / 100 - theirs / 100) < 1e-6
     assert spearman_x100(embed, sick) == pytest.approx(77.15, abs=0.1)
 
@@ -349,14 +358,13 @@ def test_the_shared_sts_samples_load_every_year():
 
 @needs_shared
 @pytest.mark.slow
-def test_reproduces_minilm_on_sick_r_as_mteb_scores_it():
+def test_reproduces_minilm_on_sick_r_as_mteb_scores_it(minilm):
     """all-MiniLM-L6-v2 on all 9,927 SICK pairs (MTEB's SICK-R): 77.58."""
     from viewmill.train.evaluation.sts import load_sick_all
 
     data = load_sick_all(SHARED / "sick")
     assert len(data.gold) == 9927
-    embed = Embedder(load_sentence_model(resolve_encoder("embedded:all-MiniLM-L6-v2")))
-    assert spearman_x100(embed, data) == pytest.approx(77.58, abs=0.1)
+    assert spearman_x100(minilm, data) == pytest.approx(77.58, abs=0.1)
 
 
 @needs_shared
