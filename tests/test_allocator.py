@@ -18,6 +18,7 @@ from viewmill.allocator import (
     chosen_library,
     find_library,
     loaded_allocator,
+    without_allocator,
 )
 
 JEMALLOC = find_library("jemalloc")
@@ -59,6 +60,14 @@ def test_the_loaded_allocator_is_read_from_the_process_maps(tmp_path):
     maps.write_text("7f0-7f1 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
     assert loaded_allocator(maps) is None
     assert loaded_allocator(tmp_path / "absent") is None
+
+
+def test_engines_get_the_environment_without_the_preloaded_allocator():
+    env = {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2:/opt/libmine.so /usr/lib/libtcmalloc_minimal.so.4",
+           "PATH": "/bin"}  # fmt: skip
+    assert without_allocator(env) == {"LD_PRELOAD": "/opt/libmine.so", "PATH": "/bin"}
+    assert without_allocator({"LD_PRELOAD": "/usr/local/lib/libjemalloc.so.2"}) == {}
+    assert without_allocator({"PATH": "/bin"}) == {"PATH": "/bin"}
 
 
 RESTART = textwrap.dedent(

@@ -42,7 +42,7 @@ def test_wheel_holds_only_the_viewmill_namespace(wheel):
     assert "viewmill/augment/wordnet_lexnames.txt" in names
     assert "viewmill/train/citations.bib" in names  # the objectives' model-card citations
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "viewmill = viewmill.pipelines.cli.app:app" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "viewmill = viewmill.pipelines.cli.entry:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_imports_work_beside_files_named_like_the_layers(wheel, tmp_path):

@@ -2,9 +2,10 @@
 
 glibc's malloc keeps the heap a training step grew: each batch longer than any before it needs
 larger activation buffers than the freed ones, so the heap grows at every new longest batch and
-never shrinks (a 1M-pair snapshot's training peaked at 2.62 GiB on glibc, 2.05 on jemalloc, and
-stepped faster; BENCHMARKS.md, "jemalloc"). An allocator is chosen before the process starts
-(`LD_PRELOAD`), so the `viewmill` command starts itself again, once, with it preloaded.
+never shrinks. Training on a 1M-pair snapshot peaked at 2.53 GiB on glibc and 2.05 on jemalloc
+(medians of 5 seeds), at 1.08x the step time (BENCHMARKS.md, "jemalloc"). An allocator is chosen
+before the process starts (`LD_PRELOAD`), so the `viewmill` command starts itself again, once,
+with it preloaded.
 
 `VIEWMILL_ALLOCATOR`: `auto` (jemalloc, else tcmalloc, else glibc's), `jemalloc`, `tcmalloc`
 (refused where not installed), `system` (glibc's), or a library's path.
@@ -78,6 +79,20 @@ def loaded_allocator(maps: Path = Path("/proc/self/maps")) -> str | None:
     except OSError:
         return None
     return next((name for name in LIBRARIES if f"/lib{name}" in text), None)
+
+
+def without_allocator(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` with jemalloc and tcmalloc taken out of LD_PRELOAD: for programs that must run
+    on their own allocator. Apertium's eng-cat pipeline throws std::bad_alloc on some sentences
+    with jemalloc preloaded (2 of the tests' 20 sentences), and those views would be lost."""
+    env = dict(environ)
+    kept = [path for path in env.get("LD_PRELOAD", "").replace(" ", ":").split(":")
+            if path and not any(Path(path).name.startswith(f"lib{name}") for name in LIBRARIES)]  # fmt: skip
+    if kept:
+        env["LD_PRELOAD"] = ":".join(kept)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
 
 
 def allocator_label() -> str:

@@ -3,6 +3,7 @@ from viewmill.augment.apertium import ApertiumEngine
 from viewmill.augment.engines import DecodingSpec, EngineError, make_engine
 
 from tests.conftest import SENTENCES, needs_apertium
+from viewmill.allocator import find_library
 
 pytestmark = needs_apertium
 
@@ -15,6 +16,17 @@ def test_apertium_round_trip_returns_one_hypothesis_per_input_in_order():
     english = back.translate([h[0] for h in spanish], "es", "en", DecodingSpec())
     assert english[1][0].lower().startswith("two dogs")
     assert forward.revision != "unknown" and forward.model == "apertium-eng-spa"
+
+
+@pytest.mark.skipif(find_library("jemalloc") is None, reason="needs libjemalloc2 (apt-get install libjemalloc2)")
+def test_apertium_runs_on_its_own_allocator_when_viewmill_runs_on_jemalloc(monkeypatch):
+    # With jemalloc preloaded, eng-cat throws std::bad_alloc on this sentence and its view was lost.
+    monkeypatch.setenv("LD_PRELOAD", str(find_library("jemalloc")))
+    forward, back = ApertiumEngine("en", "ca"), ApertiumEngine("ca", "en")
+    catalan = forward.translate(["A group of people are sitting at a table."], "en", "ca", DecodingSpec())
+    english = back.translate([catalan[0][0]], "ca", "en", DecodingSpec())
+    assert english == [["A band of persons is seating at a table."]]
+    forward.close(), back.close()
 
 
 def test_markup_characters_pass_through_without_breaking_line_alignment():
