@@ -22,11 +22,6 @@ os.environ.pop("PREFECT_API_URL", None)
 # A `viewmill run` subprocess leaves its state's temporary Prefect server up for the next run:
 # in tests it stops after 2 idle minutes instead of 30.
 os.environ.setdefault("VIEWMILL_PREFECT_IDLE_S", "120")
-# The suite's `viewmill` subprocesses run on glibc's malloc: with them on jemalloc the suite took
-# 21:10-21:16 on two fresh clones, 18:27 with this (BENCHMARKS.md, "jemalloc"). The allocator's
-# own behaviour is tested where it is chosen explicitly (tests/test_allocator.py, test_memory.py,
-# augment/test_engines.py).
-os.environ.setdefault("VIEWMILL_ALLOCATOR", "system")
 # pytest-xdist runs one worker per core: a torch thread pool per core in every worker (and in
 # every `viewmill` subprocess it starts) oversubscribes the cores, which ran torch up to 10x
 # slower here. Each worker and its children get their share of the cores instead.
