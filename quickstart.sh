@@ -49,7 +49,8 @@ install_python_packages() {
   # the rest, and a demo after either installs nothing.
   local extras=all,test no_compile=""
   # demo and test skip pip's bytecode compile of every installed module (95 CPU-seconds,
-  # 2026-11-27): Python compiles the modules they import on first import. `install` (the docker/
+  # 2026-11-27): Python compiles the modules they import on first import (and keeps the bytecode
+  # unless PYTHONDONTWRITEBYTECODE is set: `test` unsets it, below). `install` (the docker/
   # images) compiles all, so a container starts without compiling.
   [ "$command" = install ] || no_compile=1
   # A demo given options (--dask, --catalog postgres:...) may need any extra: it takes them all.
@@ -84,6 +85,12 @@ case "$command" in
     # The environment's commands first on PATH, as in an activated venv (the DuckDB shell
     # from duckdb-cli that `viewmill lake attach --open` starts, among them).
     export PATH="$PWD/.venv/bin:$PATH"
+    # The suite starts hundreds of Python processes (viewmill commands, Prefect servers and
+    # workers, Dask workers). The install skips the bytecode compile, so with
+    # PYTHONDONTWRITEBYTECODE set (as on CI machines) every one of them compiled every module it
+    # imports from source again: a fresh clone's suite ran about 2 minutes longer than a tree
+    # whose .venv had its bytecode. The first import of each module writes it instead.
+    unset PYTHONDONTWRITEBYTECODE
     workers=$(( $(nproc) + 1 )); [ "$workers" -gt 5 ] && workers=5
     exec .venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@" ;;
 esac
