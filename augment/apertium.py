@@ -16,13 +16,7 @@ from pathlib import Path
 
 from viewmill.augment.engines import DecodingSpec, Engine, EngineError, EngineOptions, debian_version
 
-from viewmill.allocator import without_allocator
-
-
-def _engine_env() -> dict[str, str]:
-    """This environment for Apertium's programs, without the allocator `viewmill` preloads."""
-    return without_allocator(os.environ)
-
+from viewmill.allocator import program_env
 
 # ISO 639-1 -> Apertium's ISO 639-3 codes for the language pairs viewmill knows.
 APERTIUM_CODES = {
@@ -141,7 +135,7 @@ class ApertiumEngine:
             capture_output=True,
             text=True,
             check=True,
-            env=_engine_env(),
+            env=program_env(),
         ).stdout
         # $1 = generator option (-n: no '*' marks on unknown words), $2 = tagger option.
         self._pipeline = subprocess.Popen(
@@ -150,7 +144,7 @@ class ApertiumEngine:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            env=_engine_env(),
+            env=program_env(),
         )
         return self._pipeline
 
@@ -162,7 +156,7 @@ class ApertiumEngine:
     def _format(self, program: str, data: bytes) -> bytes:
         try:
             proc = subprocess.run([program], input=data, capture_output=True, check=False, timeout=self._limit(data),
-                                  env=_engine_env())  # fmt: skip
+                                  env=program_env())  # fmt: skip
         except subprocess.TimeoutExpired:
             raise EngineError(f"{program} took longer than {self._limit(data):.0f} s on one batch") from None
         if proc.returncode != 0:

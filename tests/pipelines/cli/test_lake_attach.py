@@ -167,6 +167,21 @@ def test_open_without_a_duckdb_shell_says_how_to_get_one(state, tmp_path):
     assert "no `duckdb` on PATH" in message and f"pip install duckdb-cli=={duckdb.__version__}" in message
 
 
+def test_the_shell_runs_without_the_allocator_viewmill_preloads(state, tmp_path):
+    """The DuckDB shell is the user's program: it starts on its own allocator, the other preloads kept."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shell = bindir / "duckdb"
+    shell.write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo "v{duckdb.__version__}" && exit 0\n'
+                     f'echo "preload=$LD_PRELOAD" > {tmp_path / "seen"}\n')  # fmt: skip
+    shell.chmod(0o755)
+    preload = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2:/opt/libmine.so"
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "LD_PRELOAD": preload}
+    result = runner.invoke(app, ["lake", "attach", "--open", "--state-dir", str(state)], env=env)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "seen").read_text().strip() == "preload=/opt/libmine.so"
+
+
 @pytest.mark.skipif(shutil.which("duckdb") is None, reason="no DuckDB command-line shell on PATH")
 def test_open_starts_the_duckdb_shell_with_the_lake_attached_read_only(state):
     version = subprocess.run(["duckdb", "--version"], capture_output=True, text=True, check=True).stdout
